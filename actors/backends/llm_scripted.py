@@ -1,0 +1,351 @@
+"""Deterministic "scripted" LLM backend: seeded in-persona replies from a reply library."""
+
+from __future__ import annotations
+
+import random
+import re
+import unicodedata
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Final
+
+from actors.backends.replies import (
+    COMPLIMENT_WORDS,
+    EN_STOPWORDS,
+    GENERIC_TOPIC,
+    GIFT_WORDS,
+    GREETING_WORDS,
+    INJECTION_COMPACT,
+    INJECTION_PHRASES,
+    INJECTION_RAW,
+    LIBRARY,
+    QUESTION_MARKERS,
+    QUESTION_STARTS,
+    TOPIC_THEMES,
+    TOPIC_WORDS,
+    ZH_STOPWORDS,
+)
+
+__all__ = ["MAX_NAME_CHARS", "MAX_SENTENCES", "MAX_TOPIC_CHARS", "Persona", "Prompt", "ScriptedLLM"]
+
+MAX_NAME_CHARS: Final = 16
+"""Longest viewer/persona name put into a reply."""
+MAX_TOPIC_CHARS: Final = 16
+"""Longest {topic} taken from a comment (well under the 24-char raw-text cap)."""
+MAX_SENTENCES: Final = 3
+"""Most sentences (= stream chunks) in one reply."""
+_TAIL_CHANCE: Final = 0.4  # how often a short sign-off sentence is appended
+_MAX_MERGED: Final = 999  # a bigger count reads oddly on air and gains nothing
+_SCAN_CHARS: Final = 120  # how much of a comment theme/topic detection reads
+
+_CJK: Final = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+_CJK_RUN: Final = re.compile(f"[{_CJK}]+")
+_HAS_CJK: Final = re.compile(f"[{_CJK}]")
+# Word tokens for matching English terms; CJK is excluded so "我爱minecraft" still yields
+# "minecraft" as its own token.
+_TOKEN: Final = re.compile(f"[^\\W_{_CJK}]+")
+_NON_ALNUM: Final = re.compile(r"[\W_]+")
+_EN_WORD: Final = re.compile(r"[A-Za-z]+")
+# Braces (format injection), control chars, lone surrogates (unencodable) and bidi
+# overrides (they would reorder the rest of the spoken/displayed line).
+_UNSAFE: Final = re.compile(
+    "[{}\x00-\x1f\x7f-\x9f\ud800-\udfff\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]"
+)
+# Sentence enders are removed from names so a name can never add a chunk boundary.
+_TERMINATORS: Final = re.compile("[.!?\u3002\uff01\uff1f\uff0e\uff61\u2026\u203c\u2047-\u2049]+")
+_SENTENCE_END: Final = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])(?![.!?\u3002\uff01\uff1f])\s*")
+_PLACEHOLDER: Final = re.compile(r"\{(user|topic|name|n)\}")
+_ZH_MULTI: Final = tuple(w for w in ZH_STOPWORDS if len(w) > 1)
+_ZH_SINGLE: Final = re.compile("[" + "".join(w for w in ZH_STOPWORDS if len(w) == 1) + "]")
+
+
+@dataclass(frozen=True, slots=True)
+class Persona:
+    """Who is speaking: role id, display name, persona text, language and topic keywords."""
+
+    role: str
+    name: str
+    persona: str
+    language: str
+    keywords: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One request: cue id, viewer name, viewer comment and how many viewers said it."""
+
+    cue_id: str
+    user: str
+    text: str
+    merged: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class _Term:
+    """A detection term, normalised once: CJK terms match the compact text, others words."""
+
+    form: str
+    cjk: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Doc:
+    """A comment normalised a few ways for cheap substring and set matching."""
+
+    norm: str  # NFKC + casefold
+    spaced: str  # " tok tok " (non-CJK word tokens, space padded)
+    compact: str  # letters and digits only
+    tokens: frozenset[str]  # the non-CJK word tokens
+    first: str  # first token ("" if none), for "starts with" checks
+
+
+def _term(word: str) -> _Term | None:
+    norm = unicodedata.normalize("NFKC", word).casefold()
+    if _HAS_CJK.search(norm):
+        compact = _NON_ALNUM.sub("", norm)
+        return _Term(compact, True) if compact else None
+    tokens = _TOKEN.findall(norm)
+    return _Term(f" {' '.join(tokens)} ", False) if tokens else None
+
+
+def _terms(words: Sequence[str]) -> tuple[_Term, ...]:
+    return tuple(t for t in map(_term, words) if t is not None)
+
+
+@dataclass(frozen=True, slots=True)
+class _Matcher:
+    """A group of detection terms split by kind so each kind is checked the cheap way."""
+
+    words: frozenset[str]  # single words: set lookups against the comment's tokens
+    phrases: tuple[str, ...]  # space-padded multi-word phrases, searched in _Doc.spaced
+    cjk: tuple[str, ...]  # CJK strings, searched in _Doc.compact
+    forms: frozenset[str]
+
+    @classmethod
+    def of(cls, words: Sequence[str]) -> _Matcher:
+        """Prepare a word list (English and Chinese mixed)."""
+        terms = _terms(words)
+        plain = [t.form for t in terms if not t.cjk]
+        return cls(
+            frozenset(f.strip() for f in plain if f.count(" ") == 2),
+            tuple(f for f in plain if f.count(" ") > 2),
+            tuple(t.form for t in terms if t.cjk),
+            frozenset(t.form for t in terms),
+        )
+
+    def found(self, doc: _Doc) -> bool:
+        """True if any term occurs in the comment."""
+        return (
+            not self.words.isdisjoint(doc.tokens)
+            or any(map(doc.spaced.__contains__, self.phrases))
+            or any(map(doc.compact.__contains__, self.cjk))
+        )
+
+    def count(self, doc: _Doc) -> int:
+        """How many distinct terms the comment contains."""
+        return (
+            len(self.words.intersection(doc.tokens))
+            + sum(map(doc.spaced.__contains__, self.phrases))
+            + sum(map(doc.compact.__contains__, self.cjk))
+        )
+
+    def starts(self, doc: _Doc) -> bool:
+        """True if the comment begins with a term."""
+        return (
+            doc.first in self.words
+            or doc.spaced.startswith(self.phrases)  # str.startswith takes a tuple
+            or doc.compact.startswith(self.cjk)
+        )
+
+
+_GREETING: Final = _Matcher.of(GREETING_WORDS)
+_QUESTION_STARTS: Final = _Matcher.of(QUESTION_STARTS)
+_QUESTION_MARKERS: Final = _Matcher.of(QUESTION_MARKERS)
+_COMPLIMENT: Final = _Matcher.of(COMPLIMENT_WORDS)
+_GIFT: Final = _Matcher.of(GIFT_WORDS)
+_INJECTION: Final = _Matcher.of(INJECTION_PHRASES)
+_TOPICS: Final[Mapping[str, _Matcher]] = MappingProxyType(
+    {theme: _Matcher.of(TOPIC_WORDS[theme]) for theme in TOPIC_THEMES}
+)
+
+
+def _doc(text: str) -> _Doc:
+    norm = unicodedata.normalize("NFKC", text).casefold()
+    tokens = _TOKEN.findall(norm)
+    return _Doc(
+        norm,
+        f" {' '.join(tokens)} ",
+        _NON_ALNUM.sub("", norm),
+        frozenset(tokens),
+        tokens[0] if tokens else "",
+    )
+
+
+def _has(doc: _Doc, term: _Term) -> bool:
+    return term.form in (doc.compact if term.cjk else doc.spaced)
+
+
+def _is_injection(doc: _Doc) -> bool:
+    return (
+        _INJECTION.found(doc)
+        or any(map(doc.compact.__contains__, INJECTION_COMPACT))
+        or any(map(doc.norm.__contains__, INJECTION_RAW))
+    )
+
+
+def _is_question(doc: _Doc) -> bool:
+    return (
+        "?" in doc.norm  # NFKC already folded the full-width "？"
+        or _QUESTION_STARTS.starts(doc)
+        or _QUESTION_MARKERS.found(doc)
+        or doc.compact.endswith("呢")
+    )
+
+
+def _theme_of(term: _Term) -> str:
+    """Map a matched persona keyword to a topic theme, else the generic theme."""
+    for theme in TOPIC_THEMES:
+        if term.form.strip() == theme or term.form in _TOPICS[theme].forms:
+            return theme
+    return "generic"
+
+
+def _pick_theme(doc: _Doc, keywords: Sequence[str], merged: int) -> tuple[str, str]:
+    """Choose (theme, matched persona keyword or "") by simple keyword detection."""
+    if merged > 1:
+        return "merged", ""
+    if _GIFT.found(doc):
+        return "gift", ""
+    terms = [(keyword, term) for keyword in keywords if (term := _term(keyword)) is not None]
+    for keyword, term in terms:
+        if _has(doc, term):
+            return _theme_of(term), keyword
+    # A keyword naming a theme ("games") also claims that theme's words ("minecraft").
+    for _, term in terms:
+        theme = _theme_of(term)
+        if theme != "generic" and _TOPICS[theme].found(doc):
+            return theme, ""
+    if _GREETING.starts(doc):
+        return "greeting", ""
+    if _is_question(doc):
+        return "question", ""
+    if _GREETING.found(doc):
+        return "greeting", ""
+    if _COMPLIMENT.found(doc):
+        return "compliment", ""
+    hits = [(_TOPICS[theme].count(doc), theme) for theme in TOPIC_THEMES]
+    best = max(hits, key=lambda hit: hit[0])  # max() keeps the first on ties
+    return (best[1], "") if best[0] else ("generic", "")
+
+
+def _clean(raw: str, limit: int) -> str:
+    """Sanitise user-supplied text for a name slot: no braces/controls/sentence enders."""
+    text = _TERMINATORS.sub(" ", _UNSAFE.sub("", raw))
+    return " ".join(text.split())[:limit].strip()
+
+
+def _en_topic(text: str) -> str:
+    """Longest English non-stopword (3..16 letters), first one on ties."""
+    words = [
+        w
+        for w in _EN_WORD.findall(unicodedata.normalize("NFKC", text))
+        if 3 <= len(w) <= MAX_TOPIC_CHARS and w.casefold() not in EN_STOPWORDS
+    ]
+    return max(words, key=len) if words else ""
+
+
+def _zh_topic(text: str) -> str:
+    """A 2-4 character Chinese span between function words; never a long run."""
+    runs = " ".join(_CJK_RUN.findall(text))
+    for word in _ZH_MULTI:  # longest first, so "好吃" goes before "好"
+        runs = runs.replace(word, " ")
+    spans = [s for s in _ZH_SINGLE.sub(" ", runs).split() if len(s) >= 2]
+    short = [s for s in spans if len(s) <= 4]
+    if short:
+        return max(short, key=len)
+    # Chinese noun phrases are head-final, so the last two characters are the best guess.
+    return max(spans, key=len)[-2:] if spans else ""
+
+
+def _fits(lang: str, text: str) -> bool:
+    """True if text can be spoken inside a reply in lang without switching script."""
+    if lang == "zh":
+        return _CJK_RUN.fullmatch(text) is not None
+    return _HAS_CJK.search(text) is None
+
+
+def _topic(lang: str, theme: str, text: str, keyword: str) -> str:
+    """The {topic} value: matched persona keyword, else a salient comment word, else default."""
+    keyword = _clean(keyword, MAX_TOPIC_CHARS)
+    if keyword and _fits(lang, keyword):
+        return keyword
+    found = _zh_topic(text) if lang == "zh" else _en_topic(text)
+    if found:
+        return found
+    return LIBRARY[lang].default_topic.get(theme, GENERIC_TOPIC[lang])
+
+
+def _language(code: str) -> str:
+    """Normalise a language tag ("zh-CN", "ZH", "en-US") to a library key."""
+    return "zh" if code.strip().lower().startswith("zh") else "en"
+
+
+class ScriptedLLM:
+    """Writes deterministic in-persona replies from a reply library; no model needed."""
+
+    name = "scripted"
+
+    __slots__ = ("_seed",)
+
+    def __init__(self, seed: int) -> None:
+        """Remember the seed; with role and cue id it fixes every reply."""
+        self._seed = seed
+
+    def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
+        """Yield the reply one sentence at a time (1-3 trimmed, non-empty chunks)."""
+        yield from self._sentences(persona, prompt)
+
+    def reply(self, persona: Persona, prompt: Prompt) -> str:
+        """Return the full reply: the stream's chunks joined as the language expects."""
+        pack = LIBRARY[_language(persona.language)]
+        return pack.joiner.join(self._sentences(persona, prompt))
+
+    def _sentences(self, persona: Persona, prompt: Prompt) -> tuple[str, ...]:
+        lang = _language(persona.language)
+        pack = LIBRARY[lang]
+        # String seeds are hashed with SHA-512 by random.Random, so this is stable across
+        # processes (unlike the salted built-in hash()).
+        rng = random.Random(f"{self._seed}:{persona.role}:{prompt.cue_id}")
+        text = _UNSAFE.sub("", prompt.text)
+        doc = _doc(text)
+        # Themes and topics come from the opening only (it is what the viewer leads with,
+        # and it bounds the cost); the injection check always reads the whole comment.
+        head = text[:_SCAN_CHARS]
+        if _is_injection(doc):
+            theme, keyword = "deflect", ""
+        else:
+            head_doc = doc if head == text else _doc(head)
+            theme, keyword = _pick_theme(head_doc, persona.keywords, prompt.merged)
+
+        user = _clean(prompt.user, MAX_NAME_CHARS)
+        if not user or _is_injection(_doc(user)):
+            user = pack.default_user
+        values = {
+            "user": user,
+            "name": _clean(persona.name, MAX_NAME_CHARS)
+            or _clean(persona.role, MAX_NAME_CHARS)
+            or pack.default_self,
+            # Deflections must not echo anything from an injection attempt.
+            "topic": "" if theme == "deflect" else _topic(lang, theme, head, keyword),
+            "n": str(max(2, min(prompt.merged, _MAX_MERGED))),
+        }
+
+        template = rng.choice(pack.themes[theme])
+        # Split the template, not the rendered text, so user text can never move a boundary.
+        parts = [p for p in _SENTENCE_END.split(template) if p.strip()]
+        if len(parts) < MAX_SENTENCES and rng.random() < _TAIL_CHANCE:
+            parts.append(rng.choice(pack.tails))
+        # One-pass substitution: inserted values are never re-scanned as templates.
+        rendered = (_PLACEHOLDER.sub(lambda m: values[m.group(1)], p).strip() for p in parts)
+        return tuple(rendered)[:MAX_SENTENCES]

@@ -1,0 +1,119 @@
+"""Lipsync actor: places speech on the show timeline and turns phonemes into visemes.
+
+The stage has one floor: an utterance keeps it from its first audio chunk to its
+last, and waiting utterances take it in the order their speech arrived.  Chunks
+of one utterance are placed back to back, in (sentence, part) order, even when
+they arrive out of order.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from actors.base import Actor, Context, Input
+from actors.visemes import viseme_for
+from events.audio import AudioChunk
+from events.base import Event
+from events.viseme import VisemeMark, VisemeTrack
+
+
+def visemes_of(chunk: AudioChunk, start_ms: int) -> tuple[VisemeMark, ...]:
+    """The chunk's phonemes as visemes on the show timeline, gaps filled with sil."""
+    marks: list[VisemeMark] = []
+    cursor = start_ms
+    end = start_ms + chunk.duration_ms
+    for p in chunk.phonemes:
+        lo, hi = start_ms + p.start_ms, min(end, start_ms + p.end_ms)
+        if hi <= lo:
+            continue
+        if lo > cursor:
+            marks.append(VisemeMark("sil", cursor, lo))
+        shape = viseme_for(p.ipa)
+        lo = max(lo, cursor)
+        if marks and marks[-1].viseme == shape and marks[-1].end_ms == lo:
+            marks[-1] = VisemeMark(shape, marks[-1].start_ms, hi)
+        else:
+            marks.append(VisemeMark(shape, lo, hi))
+        cursor = hi
+    if cursor < end:
+        marks.append(VisemeMark("sil", cursor, end))
+    return tuple(marks)
+
+
+@dataclass(slots=True)
+class _Utterance:
+    id: str
+    next_key: tuple[int, int] = (0, 0)
+    pending: dict[tuple[int, int], AudioChunk] = field(default_factory=dict)
+    cursor_ms: int | None = None
+    tracks: int = 0
+    done: bool = False
+
+
+@dataclass(slots=True)
+class _Stage:
+    floor_end_ms: int = 0
+    speaking: _Utterance | None = None
+    waiting: deque[_Utterance] = field(default_factory=deque)
+    known: dict[str, _Utterance] = field(default_factory=dict)
+
+
+class LipsyncActor(Actor):
+    """Audio chunks in, viseme tracks on the show timeline out."""
+
+    name = "lipsync"
+    inputs = (Input("audio"),)
+
+    def __init__(self, lead_ms: int = 0) -> None:
+        self.lead_ms = lead_ms
+        self._stages: dict[str, _Stage] = {}
+
+    def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
+        if not isinstance(event, AudioChunk):
+            return ()
+        stage = self._stages.setdefault(event.run, _Stage())
+        utt = stage.known.get(event.utterance)
+        if utt is None:
+            utt = stage.known[event.utterance] = _Utterance(event.utterance)
+            stage.waiting.append(utt)
+        key = (event.seq, event.part)
+        if key < utt.next_key or key in utt.pending:
+            return ()  # a redelivered chunk that was already placed
+        utt.pending[key] = event
+        return self._advance(stage, ctx.now_ms)
+
+    def _advance(self, stage: _Stage, now_ms: int) -> list[Event]:
+        out: list[Event] = []
+        while True:
+            if stage.speaking is None:
+                ready = next((u for u in stage.waiting if u.next_key in u.pending), None)
+                if ready is None:
+                    return out
+                stage.waiting.remove(ready)
+                stage.speaking = ready
+                ready.cursor_ms = max(now_ms + self.lead_ms, stage.floor_end_ms)
+            utt = stage.speaking
+            chunk = utt.pending.pop(utt.next_key, None)
+            if chunk is None:
+                return out
+            out.append(self._place(utt, chunk, now_ms, stage))
+            utt.next_key = (chunk.seq + 1, 0) if chunk.part_last else (chunk.seq, chunk.part + 1)
+            if chunk.last:
+                utt.done = True
+                stage.speaking = None
+
+    def _place(self, utt: _Utterance, chunk: AudioChunk, now_ms: int, stage: _Stage) -> VisemeTrack:
+        assert utt.cursor_ms is not None
+        start = max(utt.cursor_ms, now_ms + self.lead_ms)
+        end = start + chunk.duration_ms
+        utt.cursor_ms = end
+        stage.floor_end_ms = max(stage.floor_end_ms, end)
+        utt.tracks += 1
+        return VisemeTrack(
+            id=chunk.derive("visemes"), run=chunk.run, role=chunk.role, causation=chunk.id,
+            correlation=chunk.correlation, t_ms=now_ms, utterance=chunk.utterance,
+            audio=chunk.id, seq=utt.tracks - 1, start_ms=start, end_ms=end, text=chunk.text,
+            visemes=visemes_of(chunk, start), last=chunk.last,
+        )

@@ -1,0 +1,368 @@
+"""The only place actors touch NATS: fetch, decode, handle, publish, ack, retry, dead-letter.
+
+One ``ActorRuntime`` runs one actor.  For every input family it binds a durable
+pull consumer and fetches only as many messages as the actor has room for.  An
+input is acked only after JetStream has stored every event its handler caused;
+output ids are deterministic and double as ``Nats-Msg-Id``, so a redelivered
+input publishes duplicates that JetStream drops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from actors.base import Actor, Context, HandlerError
+from events import codec
+from events.base import DecodeError, Event, derive_id
+from events.error import DeadLettered
+from events.run import RunStarted
+from events.subjects import is_token, run_of, stream_name, subject_for
+from infra.bus import ConsumerSpec, provision_consumers
+from infra.metrics import Metrics
+from infra.settings import Settings
+
+log = logging.getLogger(__name__)
+Clock = Callable[[], float]
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One fetched message and what became of it."""
+
+    msg: Msg
+    event: Event | None = None
+    outputs: list[Event] = field(default_factory=list)
+    futures: list[asyncio.Future[Any]] = field(default_factory=list)
+    error: str | None = None
+    permanent: bool = False
+
+
+class RunDirectory:
+    """Looks up and caches each run's ``run.started`` event from the run stream."""
+
+    def __init__(self, js: JetStreamContext) -> None:
+        self._js = js
+        self._runs: dict[str, RunStarted] = {}
+
+    def remember(self, run: RunStarted) -> None:
+        self._runs[run.run] = run
+
+    async def get(self, run: str) -> RunStarted | None:
+        """The run's start event, or None when the run does not exist."""
+        known = self._runs.get(run)
+        if known is not None or not is_token(run):
+            return known
+        try:
+            raw = await self._js.get_last_msg(stream_name("run"), f"troupe.{run}.run.started")
+        except NotFoundError:
+            return None
+        event = codec.decode(raw.data or b"")
+        if isinstance(event, RunStarted):
+            self._runs[run] = event
+            return event
+        return None
+
+
+class ActorRuntime:
+    """Runs one actor against JetStream until stopped; an async context manager."""
+
+    def __init__(
+        self, actor: Actor, js: JetStreamContext, settings: Settings, metrics: Metrics,
+        runs: RunDirectory | None = None, clock: Clock = time.time, durable: str | None = None,
+    ) -> None:
+        self.actor = actor
+        self.js = js
+        self.settings = settings
+        self.metrics = metrics
+        self.runs = runs or RunDirectory(js)
+        self.clock = clock
+        self.durable = durable or actor.name
+        self._lock = asyncio.Lock()
+        self._stopping = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._inflight = 0
+        self._subs: list[Any] = []
+        self._tick_wakeup = asyncio.Event()
+
+    def consumer_specs(self) -> list[ConsumerSpec]:
+        """The durable consumers this actor needs, one per input family."""
+        return [
+            ConsumerSpec(
+                durable=f"{self.durable}_{inp.family}", family=inp.family, filters=inp.filters,
+                max_deliver=self.settings.max_deliver, ack_wait_s=self.settings.ack_wait_s,
+                max_ack_pending=max(self.settings.max_inflight * 4, 1024),
+            )
+            for inp in self.actor.inputs
+        ]
+
+    async def start(self) -> ActorRuntime:
+        """Provision consumers and start the fetch loops (and the tick loop)."""
+        specs = self.consumer_specs()
+        await provision_consumers(self.js, specs)
+        for spec in specs:
+            sub = await self.js.pull_subscribe_bind(spec.durable, spec.stream)
+            self._subs.append(sub)
+            self._spawn(self._fetch_loop(sub, spec), f"{self.actor.name}:fetch:{spec.family}")
+        if type(self.actor).tick is not Actor.tick:
+            self._spawn(self._tick_loop(), f"{self.actor.name}:tick")
+        self._spawn(self._depth_loop(specs), f"{self.actor.name}:depth")
+        return self
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        self._tasks.append(asyncio.create_task(coro, name=name))
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Finish in-flight work (or nak it), then stop every loop."""
+        self._stopping.set()
+        self._tick_wakeup.set()
+        done, pending = await asyncio.wait(self._tasks, timeout=timeout_s) if self._tasks else (set(), set())
+        for task in pending:
+            task.cancel()
+        for task in pending:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("%s ended with %r", task.get_name(), task.exception())
+        for sub in self._subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self._tasks.clear()
+        self._subs.clear()
+        await asyncio.to_thread(self.actor.close)
+
+    async def __aenter__(self) -> ActorRuntime:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def pending(self) -> int:
+        """Messages not yet handled and acked across this actor's consumers."""
+        total = 0
+        for spec in self.consumer_specs():
+            info = await self.js.consumer_info(spec.stream, spec.durable)
+            total += int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+        return total
+
+    # -- fetching and handling ------------------------------------------------
+
+    async def _fetch_loop(self, sub: Any, spec: ConsumerSpec) -> None:
+        while not self._stopping.is_set():
+            room = min(self.settings.fetch_batch, self.settings.max_inflight - self._inflight)
+            if room <= 0:
+                await asyncio.sleep(0.005)
+                continue
+            try:
+                msgs = await sub.fetch(batch=room, timeout=0.5)
+            except (NatsTimeoutError, TimeoutError):
+                continue
+            except Exception as exc:  # noqa: BLE001 - connection trouble: log, back off, retry
+                log.warning("%s fetch failed: %s", spec.durable, exc)
+                await asyncio.sleep(0.2)
+                continue
+            self._inflight += len(msgs)
+            try:
+                await self._process(msgs, spec)
+            finally:
+                self._inflight -= len(msgs)
+
+    async def _process(self, msgs: list[Msg], spec: ConsumerSpec) -> None:
+        deliveries = [Delivery(m) for m in msgs]
+        async with self._lock:
+            for d in deliveries:
+                await self._decode(d, spec)
+            batch = [d for d in deliveries if d.error is None and d.event is not None]
+            if batch and hasattr(self.actor, "consume_batch"):
+                await self._consume_batch(batch)
+            else:
+                for d in batch:
+                    await self._handle(d)
+            for d in deliveries:
+                await self._publish(d, d.outputs)
+        for d in deliveries:
+            await self._settle(d)
+
+    async def _decode(self, d: Delivery, spec: ConsumerSpec) -> None:
+        meta = d.msg.metadata
+        if meta.num_delivered and meta.num_delivered > 1:
+            self.metrics.redelivered.labels(self.actor.name).inc()
+        run = run_of(d.msg.subject) or "_"
+        key = f"{spec.family}-{meta.sequence.stream}"
+        defaults = {
+            "id": (d.msg.headers or {}).get("Nats-Msg-Id") or key,
+            "run": run,
+            "at_ms": int(meta.timestamp.timestamp() * 1000) if meta.timestamp else 0,
+        }
+        try:
+            event = codec.decode(d.msg.data, defaults)
+            if event.run != run:
+                raise DecodeError(f"run {event.run!r} does not match the subject's run {run!r}", "run")
+        except DecodeError as exc:
+            d.error, d.permanent = f"undecodable: {exc}", True
+            ctx = Context(await self._lookup_run(run), 0)
+            d.outputs.extend(self.actor.undecodable(key, d.msg.data, str(exc), ctx))
+            return
+        d.event = event
+        self.metrics.hop_latency.labels(f"{event.type}>{self.actor.name}").observe(
+            max(0.0, self.clock() - event.at_ms / 1000) if event.at_ms else 0.0
+        )
+
+    async def _lookup_run(self, run: str) -> RunStarted | None:
+        try:
+            return await self.runs.get(run)
+        except Exception as exc:  # noqa: BLE001 - a broken run record is treated as unknown
+            log.warning("run lookup %s failed: %s", run, exc)
+            return None
+
+    async def context(self, run_id: str) -> Context:
+        """The handler context for a run at the current show time."""
+        run = await self._lookup_run(run_id)
+        now = int(self.clock() * 1000) - run.started_at_ms if run is not None else 0
+        return Context(run, now)
+
+    async def _handle(self, d: Delivery) -> None:
+        assert d.event is not None
+        event = d.event
+        ctx = await self.context(event.run)
+        if ctx.run is None and not self.actor.accepts_unknown_runs and not isinstance(event, RunStarted):
+            d.error, d.permanent = f"unknown run {event.run!r}", True
+            return
+        if isinstance(event, RunStarted):
+            self.runs.remember(event)
+            ctx = Context(event, int(self.clock() * 1000) - event.started_at_ms)
+        started = time.perf_counter()
+        try:
+            if self.actor.blocking:
+                outputs = await asyncio.to_thread(self.actor.handle, event, ctx)
+            else:
+                outputs = self.actor.handle(event, ctx)
+        except HandlerError as exc:
+            d.error, d.permanent = str(exc), True
+        except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
+            log.exception("%s failed on %s %s", self.actor.name, event.type, event.id)
+            d.error = f"{type(exc).__name__}: {exc}"
+        else:
+            d.outputs.extend(outputs)
+            self._tick_wakeup.set()
+        self.metrics.handler_seconds.labels(self.actor.name).observe(time.perf_counter() - started)
+
+    async def _consume_batch(self, batch: list[Delivery]) -> None:
+        items = [(d.event, d.msg) for d in batch]
+        try:
+            await asyncio.to_thread(self.actor.consume_batch, items)  # type: ignore[attr-defined]
+        except Exception as exc:  # noqa: BLE001 - the whole batch is retried
+            log.exception("%s batch failed", self.actor.name)
+            for d in batch:
+                d.error = f"{type(exc).__name__}: {exc}"
+
+    async def _publish(self, d: Delivery | None, outputs: Sequence[Event]) -> list[asyncio.Future[Any]]:
+        futures = []
+        now_ms = int(self.clock() * 1000)
+        for event in outputs:
+            if not event.at_ms:
+                event = replace(event, at_ms=now_ms)
+            future = await self.js.publish_async(
+                subject_for(event), codec.encode(event), headers={"Nats-Msg-Id": event.id}
+            )
+            futures.append(future)
+            self.metrics.published.labels(self.actor.name, event.type).inc()
+        if d is not None:
+            d.futures = futures
+        return futures
+
+    async def _settle(self, d: Delivery) -> None:
+        if d.futures:
+            results = await asyncio.gather(*d.futures, return_exceptions=True)
+            failures = [r for r in results if isinstance(r, BaseException)]
+            if failures and d.error is None:
+                d.error = f"publish failed: {failures[0]}"
+        if d.error is None:
+            await d.msg.ack()
+            self.metrics.processed.labels(self.actor.name).inc()
+            return
+        self.metrics.failed.labels(self.actor.name, "permanent" if d.permanent else "transient").inc()
+        deliveries = d.msg.metadata.num_delivered or 1
+        if d.permanent or deliveries >= self.settings.max_deliver:
+            await self._dead_letter(d, deliveries)
+        else:
+            delay = self.settings.nak_backoff_s * (2 ** (deliveries - 1))
+            await d.msg.nak(delay=delay)
+
+    async def _dead_letter(self, d: Delivery, deliveries: int) -> None:
+        seq = d.msg.metadata.sequence.stream
+        run = run_of(d.msg.subject)
+        letter = DeadLettered(
+            id=derive_id(f"{d.msg.subject}#{seq}", f"dead:{self.actor.name}"),
+            run=run if run and is_token(run) else "_",
+            causation=d.event.id if d.event else None,
+            correlation=d.event.correlation if d.event else None,
+            actor=self.actor.name, subject=d.msg.subject, reason=d.error or "unknown",
+            deliveries=deliveries, stream_seq=seq, raw=d.msg.data,
+        )
+        futures = await self._publish(None, [letter])
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        if any(isinstance(r, BaseException) for r in results):
+            await d.msg.nak(delay=self.settings.nak_backoff_s)  # keep it: nothing may be lost
+            return
+        await d.msg.term()
+        self.metrics.dead_lettered.labels(self.actor.name).inc()
+
+    # -- clocked actors -------------------------------------------------------
+
+    async def _tick_loop(self) -> None:
+        while not self._stopping.is_set():
+            due = self._next_due()
+            now = self.clock()
+            if due is None or due[0] > now:
+                wait = 0.5 if due is None else min(0.5, due[0] - now)
+                self._tick_wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._tick_wakeup.wait(), wait)
+                continue
+            run = due[1]
+            async with self._lock:
+                ctx = Context(run, int(self.clock() * 1000) - run.started_at_ms)
+                try:
+                    if self.actor.blocking:
+                        outputs = await asyncio.to_thread(self.actor.tick, ctx)
+                    else:
+                        outputs = self.actor.tick(ctx)
+                except Exception:  # noqa: BLE001 - a failed tick is logged; the clock goes on
+                    log.exception("%s tick failed", self.actor.name)
+                    outputs = []
+                futures = await self._publish(None, outputs)
+            for result in await asyncio.gather(*futures, return_exceptions=True):
+                if isinstance(result, BaseException):
+                    log.error("%s: a ticked event was not stored: %s", self.actor.name, result)
+
+    def _next_due(self) -> tuple[float, RunStarted] | None:
+        best: tuple[float, RunStarted] | None = None
+        for run in self.actor.active_runs():
+            show_ms = self.actor.next_tick(run.run)
+            if show_ms is None:
+                continue
+            wall = (run.started_at_ms + show_ms) / 1000
+            if best is None or wall < best[0]:
+                best = (wall, run)
+        return best
+
+    async def _depth_loop(self, specs: list[ConsumerSpec]) -> None:
+        while not self._stopping.is_set():
+            for spec in specs:
+                with contextlib.suppress(Exception):
+                    info = await self.js.consumer_info(spec.stream, spec.durable)
+                    self.metrics.queue_depth.labels(self.actor.name, spec.stream).set(info.num_pending or 0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), 2.0)

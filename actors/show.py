@@ -1,0 +1,150 @@
+"""The show: roles and a danmaku script, read from TOML and carried in ``run.started``."""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from events.subjects import is_token
+
+
+class ShowError(ValueError):
+    """A show file is invalid; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSpec:
+    """One role as the show declares it."""
+
+    id: str
+    name: str
+    persona: str
+    language: str
+    keywords: tuple[str, ...] = ()
+    weight: float = 1.0
+    voice_variant: str | None = None
+    voice_pitch: int = 50
+    voice_rate: int = 175
+    color: str = "#888888"
+    shape: str = "round"
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptLine:
+    """A scripted danmaku: at ``at_s`` seconds of show time, ``user`` says ``text``."""
+
+    at_s: float
+    user: str
+    text: str
+    to: str | None = None
+    kind: str = "comment"
+
+
+@dataclass(frozen=True, slots=True)
+class Show:
+    """A show: its title, roles, blocklist and danmaku script."""
+
+    title: str
+    roles: tuple[RoleSpec, ...]
+    script: tuple[ScriptLine, ...] = ()
+    blocklist: tuple[str, ...] = ()
+
+    def role(self, role_id: str) -> RoleSpec | None:
+        return next((r for r in self.roles if r.id == role_id), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The show as plain data (as carried in ``run.started``)."""
+        return {
+            "title": self.title,
+            "blocklist": list(self.blocklist),
+            "roles": [
+                {
+                    "id": r.id, "name": r.name, "persona": r.persona, "language": r.language,
+                    "keywords": list(r.keywords), "weight": r.weight,
+                    "voice": {"variant": r.voice_variant, "pitch": r.voice_pitch, "rate": r.voice_rate},
+                    "look": {"color": r.color, "shape": r.shape},
+                }
+                for r in self.roles
+            ],
+            "script": [
+                {"at": s.at_s, "user": s.user, "text": s.text, "to": s.to, "kind": s.kind}
+                for s in self.script
+            ],
+        }
+
+
+def _get(doc: Mapping[str, Any], key: str, kind: type | tuple[type, ...], where: str, default: Any = ...) -> Any:
+    if key not in doc:
+        if default is ...:
+            raise ShowError(f"{where}.{key}: missing")
+        return default
+    value = doc[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise ShowError(f"{where}.{key}: wrong type {type(value).__name__}")
+    return value
+
+
+def _role(doc: Mapping[str, Any], i: int) -> RoleSpec:
+    where = f"roles[{i}]"
+    role_id = _get(doc, "id", str, where)
+    if not is_token(role_id):
+        raise ShowError(f"{where}.id: {role_id!r} must be letters, digits, _ or -")
+    language = _get(doc, "language", str, where, "en")
+    if language not in ("en", "zh"):
+        raise ShowError(f"{where}.language: {language!r} is not 'en' or 'zh'")
+    voice = _get(doc, "voice", dict, where, {})
+    look = _get(doc, "look", dict, where, {})
+    shape = _get(look, "shape", str, f"{where}.look", "round")
+    if shape not in ("round", "square", "tall"):
+        raise ShowError(f"{where}.look.shape: {shape!r} is not round, square or tall")
+    return RoleSpec(
+        id=role_id, name=_get(doc, "name", str, where, role_id),
+        persona=_get(doc, "persona", str, where, ""), language=language,
+        keywords=tuple(str(k) for k in _get(doc, "keywords", list, where, [])),
+        weight=float(_get(doc, "weight", (int, float), where, 1.0)),
+        voice_variant=_get(voice, "variant", str, f"{where}.voice", None),
+        voice_pitch=int(_get(voice, "pitch", int, f"{where}.voice", 50)),
+        voice_rate=int(_get(voice, "rate", int, f"{where}.voice", 175)),
+        color=_get(look, "color", str, f"{where}.look", "#888888"), shape=shape,
+    )
+
+
+def show_from_dict(doc: Mapping[str, Any]) -> Show:
+    """Validate plain data (a parsed TOML file or a ``run.started`` show) into a Show."""
+    meta = doc.get("show", doc)
+    roles = tuple(_role(r, i) for i, r in enumerate(_get(doc, "roles", list, "show")))
+    if not 1 <= len(roles) <= 8:
+        raise ShowError("show.roles: a show has 1 to 8 roles")
+    if len({r.id for r in roles}) != len(roles):
+        raise ShowError("show.roles: role ids must be unique")
+    lines = []
+    for i, line in enumerate(_get(doc, "danmaku", list, "show", doc.get("script", []))):
+        where = f"danmaku[{i}]"
+        lines.append(ScriptLine(
+            at_s=float(_get(line, "at", (int, float), where)), user=_get(line, "user", str, where, ""),
+            text=_get(line, "text", str, where), to=_get(line, "to", (str, type(None)), where, None),
+            kind=_get(line, "kind", str, where, "comment"),
+        ))
+    return Show(
+        title=str(meta.get("title", "Troupe show")), roles=roles,
+        script=tuple(sorted(lines, key=lambda s: s.at_s)),
+        blocklist=tuple(str(w) for w in _get(meta, "blocklist", list, "show", [])),
+    )
+
+
+def load_show(path: Path | None = None) -> Show:
+    """Read a show TOML file; without a path, the built-in demo show."""
+    try:
+        if path is None:
+            text = resources.files("infra").joinpath("shows/demo.toml").read_text("utf-8")
+        else:
+            text = Path(path).read_text("utf-8")
+        return show_from_dict(tomllib.loads(text))
+    except OSError as exc:
+        raise ShowError(f"cannot read show file: {exc.strerror}: {path}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ShowError(f"show file is not valid TOML: {exc}") from None

@@ -1,0 +1,77 @@
+"""TTS actor: speaks utterance chunks with the role's voice, in audio chunks of <= 500 ms."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from actors.backends.tts_espeak import EspeakTTS, Speech, Voice
+from actors.base import Actor, Context, Input
+from actors.show import Show, show_from_dict
+from events.audio import MAX_CHUNK_MS, AudioChunk, PhonemeMark
+from events.base import Event
+from events.utterance import UtteranceChunk
+from infra.settings import Settings
+
+
+def slice_speech(speech: Speech, max_ms: int = MAX_CHUNK_MS) -> list[tuple[int, bytes, tuple[PhonemeMark, ...]]]:
+    """Cut speech into slices of at most ``max_ms``: (offset ms, pcm, phonemes relative to the slice)."""
+    bytes_per_ms = speech.sample_rate * 2 / 1000
+    total_ms = speech.duration_ms
+    slices = []
+    offset = 0
+    while offset < total_ms or not slices:
+        end = min(total_ms, offset + max_ms)
+        lo, hi = int(offset * bytes_per_ms) & ~1, int(end * bytes_per_ms) & ~1
+        if end >= total_ms:
+            hi = len(speech.pcm)
+        marks = tuple(
+            PhonemeMark(p.ipa, max(p.start_ms, offset) - offset, min(p.end_ms, end) - offset)
+            for p in speech.phonemes
+            if p.start_ms < end and p.end_ms > offset
+        )
+        slices.append((offset, speech.pcm[lo:hi], marks))
+        if end >= total_ms:
+            break
+        offset = end
+    return slices
+
+
+class TTSActor(Actor):
+    """Utterance chunks in, audio chunks with phoneme timings out."""
+
+    name = "tts"
+    inputs = (Input("utterance", ("troupe.*.utterance.chunk.>",)),)
+    blocking = True
+
+    def __init__(self, settings: Settings, engine: EspeakTTS | None = None) -> None:
+        self.settings = settings
+        self.engine = engine or EspeakTTS()
+        self._shows: dict[str, Show] = {}
+
+    def _voice(self, ctx: Context, role_id: str | None, language: str) -> Voice:
+        assert ctx.run is not None
+        show = self._shows.get(ctx.run.run)
+        if show is None:
+            show = self._shows[ctx.run.run] = show_from_dict(ctx.run.show)
+        role = show.role(role_id or "")
+        if role is None:
+            return Voice(language)
+        return Voice(language, role.voice_variant, role.voice_pitch, role.voice_rate)
+
+    def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
+        if not isinstance(event, UtteranceChunk):
+            return ()
+        speech = self.engine.synthesize(event.text, self._voice(ctx, event.role, event.language))
+        slices = slice_speech(speech)
+        out = []
+        for part, (offset, pcm, marks) in enumerate(slices):
+            part_last = part == len(slices) - 1
+            out.append(AudioChunk(
+                id=event.derive(f"audio{part}"), run=event.run, role=event.role,
+                causation=event.id, correlation=event.correlation, t_ms=ctx.now_ms,
+                utterance=event.utterance, seq=event.seq, part=part, part_last=part_last,
+                last=event.last and part_last, sample_rate=speech.sample_rate, offset_ms=offset,
+                duration_ms=len(pcm) * 1000 // (2 * speech.sample_rate), text=event.text,
+                phonemes=marks, pcm=pcm,
+            ))
+        return out

@@ -1,0 +1,31 @@
+"""Run family: a show run starts and ends."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from events.base import Event, registry
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStarted(Event):
+    """A run began: its show (roles, settings) and the seed everything derives from."""
+
+    type = "run.started"
+    show: dict[str, Any]
+    seed: int
+    fps: int = 25
+    resolution: str = "720p"
+    started_at_ms: int = 0
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunEnded(Event):
+    """A run ended (duration reached, stopped by a user, or failed)."""
+
+    type = "run.ended"
+    reason: str
+    duration_ms: int

@@ -1,0 +1,77 @@
+"""Subject names and the JetStream streams, one per event family.
+
+Subjects are ``troupe.<run>.<family>.<name>[.<role>]``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from events.base import Event
+
+PREFIX = "troupe"
+TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+FAMILIES = ("run", "role", "danmaku", "cue", "utterance", "audio", "viseme", "frame", "qos", "error")
+
+
+def is_token(value: str) -> bool:
+    """True when ``value`` can be one subject token (run and role ids)."""
+    return bool(TOKEN.match(value))
+
+
+def subject_for(event: Event) -> str:
+    """The subject an event is published on."""
+    base = f"{PREFIX}.{event.run}.{event.type}"
+    return f"{base}.{event.role}" if event.role else base
+
+
+def family_filter(family: str, run: str = "*") -> str:
+    """A subject filter matching every event of one family (of one run or all)."""
+    return f"{PREFIX}.{run}.{family}.>"
+
+
+def run_of(subject: str) -> str | None:
+    """The run token of a Troupe subject, or None."""
+    parts = subject.split(".")
+    return parts[1] if len(parts) >= 4 and parts[0] == PREFIX else None
+
+
+def stream_name(family: str) -> str:
+    """The JetStream stream holding one family."""
+    return f"TROUPE_{family.upper()}"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """Retention of one family's stream."""
+
+    family: str
+    max_age_s: float
+    max_bytes: int
+    max_msg_size: int
+
+    @property
+    def name(self) -> str:
+        return stream_name(self.family)
+
+    @property
+    def subjects(self) -> list[str]:
+        return [family_filter(self.family)]
+
+
+_DAY = 24 * 3600.0
+_GIB = 1024**3
+
+
+def stream_specs(frame_max_age_s: float = 600.0) -> tuple[StreamSpec, ...]:
+    """Every stream: frames are large and short-lived, the rest is kept for replay."""
+    specs = []
+    for family in FAMILIES:
+        if family == "frame":
+            specs.append(StreamSpec(family, frame_max_age_s, 8 * _GIB, 8 * 1024 * 1024))
+        elif family == "audio":
+            specs.append(StreamSpec(family, 7 * _DAY, 8 * _GIB, 1024 * 1024))
+        else:
+            specs.append(StreamSpec(family, 7 * _DAY, 2 * _GIB, 1024 * 1024))
+    return tuple(specs)

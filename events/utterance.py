@@ -1,0 +1,42 @@
+"""Utterance family: the LLM's reply text, streamed in sentence chunks."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from events.base import Event, registry
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UtteranceChunk(Event):
+    """One sentence-sized piece of a role's reply; ``last`` closes the utterance."""
+
+    type = "utterance.chunk"
+    utterance: str
+    seq: int
+    text: str
+    language: str
+    last: bool = False
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UtteranceCompleted(Event):
+    """The whole reply text of a cue, once every chunk is out."""
+
+    type = "utterance.completed"
+    utterance: str
+    text: str
+    chunks: int
+    backend: str
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UtteranceDropped(Event):
+    """A reply (or its rest) was dropped on purpose, with the reason."""
+
+    type = "utterance.dropped"
+    utterance: str
+    reason: str

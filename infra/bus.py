@@ -1,0 +1,110 @@
+"""NATS connection and idempotent provisioning of streams and durable consumers."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import nats
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+from nats.js.errors import NotFoundError
+
+from events.subjects import StreamSpec, family_filter, stream_name, stream_specs
+
+log = logging.getLogger(__name__)
+
+
+class BusError(RuntimeError):
+    """NATS is unreachable or refused a provisioning request."""
+
+
+async def connect(url: str, name: str) -> Client:
+    """Connect to NATS with reconnects; raises BusError with a one-line reason."""
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("nats: %s", exc)
+
+    try:
+        return await nats.connect(
+            url, name=name, connect_timeout=3, max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5, error_cb=on_error, pending_size=64 * 1024 * 1024,
+        )
+    except Exception as exc:  # noqa: BLE001 - every failure becomes one clear error
+        raise BusError(f"cannot connect to NATS at {url}: {exc}") from None
+
+
+def _stream_config(spec: StreamSpec) -> StreamConfig:
+    return StreamConfig(
+        name=spec.name, subjects=spec.subjects, storage=StorageType.FILE,
+        max_age=spec.max_age_s, max_bytes=spec.max_bytes, max_msg_size=spec.max_msg_size,
+        duplicate_window=120.0,
+    )
+
+
+_COMPARED = ("subjects", "storage", "max_age", "max_bytes", "max_msg_size", "duplicate_window")
+
+
+async def provision_streams(js: JetStreamContext, frame_max_age_s: float = 600.0) -> list[str]:
+    """Create or update every family stream; returns the names it had to change."""
+    changed = []
+    for spec in stream_specs(frame_max_age_s):
+        wanted = _stream_config(spec)
+        try:
+            info = await js.stream_info(spec.name)
+        except NotFoundError:
+            await js.add_stream(wanted)
+            changed.append(spec.name)
+            continue
+        current = info.config
+        if any(getattr(current, k) != getattr(wanted, k) for k in _COMPARED):
+            await js.update_stream(wanted)
+            changed.append(spec.name)
+    return changed
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerSpec:
+    """A durable pull consumer: one per actor kind and input family."""
+
+    durable: str
+    family: str
+    filters: tuple[str, ...] = ()
+    max_deliver: int = 5
+    ack_wait_s: float = 30.0
+    max_ack_pending: int = 1024
+
+    @property
+    def stream(self) -> str:
+        return stream_name(self.family)
+
+    def config(self) -> ConsumerConfig:
+        filters = list(self.filters) or [family_filter(self.family)]
+        return ConsumerConfig(
+            durable_name=self.durable, ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL, max_deliver=self.max_deliver,
+            ack_wait=self.ack_wait_s, max_ack_pending=self.max_ack_pending,
+            filter_subject=filters[0] if len(filters) == 1 else None,
+            filter_subjects=filters if len(filters) > 1 else None,
+        )
+
+
+async def provision_consumers(js: JetStreamContext, specs: Sequence[ConsumerSpec]) -> list[str]:
+    """Create missing durable consumers, update drifted ones; returns the changed names."""
+    changed = []
+    for spec in specs:
+        wanted = spec.config()
+        try:
+            info = await js.consumer_info(spec.stream, spec.durable)
+        except NotFoundError:
+            await js.add_consumer(spec.stream, wanted)
+            changed.append(spec.durable)
+            continue
+        current = info.config
+        keys = ("max_deliver", "ack_wait", "max_ack_pending", "filter_subject", "filter_subjects")
+        if any(getattr(current, k) != getattr(wanted, k) for k in keys):
+            await js.add_consumer(spec.stream, wanted)  # same durable name: an update
+            changed.append(spec.durable)
+    return changed

@@ -1,0 +1,46 @@
+"""Prometheus metrics of one process: a registry of its own, served on an HTTP port."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+_LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12)
+
+
+class Metrics:
+    """Every metric a Troupe process exports."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.processed = Counter("troupe_processed", "Inputs handled and acked", ["actor"], registry=r)
+        self.failed = Counter("troupe_failed", "Inputs whose handling failed", ["actor", "reason"], registry=r)
+        self.redelivered = Counter("troupe_redelivered", "Inputs seen more than once", ["actor"], registry=r)
+        self.dead_lettered = Counter("troupe_dead_lettered", "Inputs terminated", ["actor"], registry=r)
+        self.published = Counter("troupe_published", "Events published", ["actor", "type"], registry=r)
+        self.handler_seconds = Histogram(
+            "troupe_handler_seconds", "Handler time per input", ["actor"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.hop_latency = Histogram(
+            "troupe_hop_latency_seconds", "From an event's emission to its handling, by hop",
+            ["hop"], buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.queue_depth = Gauge("troupe_queue_depth", "Messages pending per consumer", ["actor", "stream"], registry=r)
+        self.recorder_lag = Gauge("troupe_recorder_lag_seconds", "Age of the newest recorded event at commit", registry=r)
+        self.port: int | None = None
+        self._server: object | None = None
+
+    def serve(self, port: int) -> int:
+        """Serve /metrics on 127.0.0.1 (port 0: any free port); returns the port."""
+        server, _thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+        self._server = server
+        self.port = int(server.server_address[1])
+        return self.port
+
+    def close(self) -> None:
+        """Stop serving."""
+        server, self._server = self._server, None
+        if server is not None:
+            server.shutdown()  # type: ignore[attr-defined]
+            server.server_close()  # type: ignore[attr-defined]

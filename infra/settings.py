@@ -1,0 +1,105 @@
+"""Typed settings, read once from ``TROUPE_*`` environment variables and passed down."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class SettingsError(ValueError):
+    """A setting has an invalid value."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every knob of a Troupe process; each field has a ``TROUPE_<NAME>`` variable."""
+
+    nats_url: str | None = None          # None: start an embedded nats-server
+    store_url: str | None = None         # None: SQLite file under state_dir
+    state_dir: Path = Path(".troupe")    # embedded NATS data, SQLite store
+    out_dir: Path = Path("out")
+    metrics_port: int = 0                # 0: a free port; -1: no metrics endpoint
+    resolution: str = "720p"
+    fps: int = 25
+    seed: int = 7
+    max_deliver: int = 5
+    ack_wait_s: float = 30.0
+    nak_backoff_s: float = 0.2
+    fetch_batch: int = 64
+    max_inflight: int = 256
+    merge_window_ms: int = 1500
+    max_danmaku_chars: int = 200
+    blocklist: tuple[str, ...] = ()
+    cue_deadline_ms: int = 20000
+    llm_backend: str = "scripted"
+    tts_backend: str = "espeak"
+    jpeg_quality: int = 80
+    frame_max_age_s: float = 600.0
+    slow_render_ms: float = 0.0
+    store_frames: str = "full"           # "full" or "digest"
+    video_crf: int = 23
+    video_preset: str = "veryfast"
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def replace(self, **changes: object) -> Settings:
+        """A copy with some fields changed (settings are never mutated)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _convert(name: str, raw: str, kind: type) -> object:
+    try:
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+        if kind is Path:
+            return Path(raw)
+        if kind is tuple:
+            return tuple(w.strip() for w in raw.split(",") if w.strip())
+        return raw
+    except ValueError:
+        raise SettingsError(f"TROUPE_{name.upper()}={raw!r} is not a valid {kind.__name__}") from None
+
+
+_KINDS: dict[str, type] = {
+    "nats_url": str, "store_url": str, "state_dir": Path, "out_dir": Path, "metrics_port": int,
+    "resolution": str, "fps": int, "seed": int, "max_deliver": int, "ack_wait_s": float,
+    "nak_backoff_s": float, "fetch_batch": int, "max_inflight": int, "merge_window_ms": int,
+    "max_danmaku_chars": int, "blocklist": tuple, "cue_deadline_ms": int, "llm_backend": str,
+    "tts_backend": str, "jpeg_quality": int, "frame_max_age_s": float, "slow_render_ms": float,
+    "store_frames": str, "video_crf": int, "video_preset": str,
+}
+RESOLUTIONS = ("1080p", "720p", "480p", "360p")
+
+
+def load_settings(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:
+    """Build settings from the environment (``TROUPE_*``) and explicit overrides."""
+    env = os.environ if environ is None else environ
+    values: dict[str, object] = {}
+    for name, kind in _KINDS.items():
+        raw = env.get(f"TROUPE_{name.upper()}")
+        if raw is not None and raw != "":
+            values[name] = _convert(name, raw, kind)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    settings = Settings(**values)  # type: ignore[arg-type]
+    validate(settings)
+    return settings
+
+
+def validate(settings: Settings) -> None:
+    """Reject impossible combinations with a one-line reason."""
+    if settings.resolution not in RESOLUTIONS:
+        raise SettingsError(f"TROUPE_RESOLUTION must be one of {', '.join(RESOLUTIONS)}")
+    if settings.fps <= 0 or settings.fps > 60:
+        raise SettingsError("TROUPE_FPS must be in 1..60")
+    if settings.max_deliver < 1:
+        raise SettingsError("TROUPE_MAX_DELIVER must be at least 1")
+    if settings.store_frames not in ("full", "digest"):
+        raise SettingsError("TROUPE_STORE_FRAMES must be 'full' or 'digest'")
+    if settings.llm_backend not in ("scripted",):
+        raise SettingsError(f"unknown TROUPE_LLM_BACKEND {settings.llm_backend!r} (available: scripted)")
+    if settings.tts_backend not in ("espeak",):
+        raise SettingsError(f"unknown TROUPE_TTS_BACKEND {settings.tts_backend!r} (available: espeak)")

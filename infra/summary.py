@@ -1,0 +1,80 @@
+"""The end-of-show summary, computed from the event store alone."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+from sqlalchemy import Engine, func, select
+
+from events import codec
+from store.schema import events
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Nearest-rank percentile (q in 0..100) or None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q / 100 * len(ordered)))
+    return float(ordered[rank - 1])
+
+
+def _quantiles(values: Sequence[float]) -> dict[str, Any]:
+    return {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99)}
+
+
+def event_counts(engine: Engine, run: str) -> dict[str, int]:
+    """How many events of each type the store holds for a run."""
+    query = select(events.c.type, func.count()).where(events.c.run == run).group_by(events.c.type)
+    with engine.connect() as conn:
+        return {t: int(n) for t, n in conn.execute(query)}
+
+
+def reply_latencies(engine: Engine, run: str) -> dict[str, list[float]]:
+    """Per danmaku: ms to its first audio chunk, and to the first frame showing its speech."""
+    received: dict[str, int] = {}
+    first_audio: dict[str, int] = {}
+    first_frame: dict[str, int] = {}
+    query = (
+        select(events.c.type, events.c.id, events.c.correlation, events.c.at_ms, events.c.body)
+        .where(events.c.run == run)
+        .where(events.c.type.in_(["danmaku.received", "audio.chunk", "frame.rendered"]))
+    )
+    with engine.connect() as conn:
+        for type_, id_, corr, at_ms, body in conn.execute(query):
+            if type_ == "danmaku.received":
+                received[id_] = at_ms
+            elif type_ == "audio.chunk" and corr:
+                first_audio[corr] = min(at_ms, first_audio.get(corr, at_ms))
+            elif type_ == "frame.rendered":
+                header, _ = codec.split(body)
+                for mark in orjson.loads(header)["payload"].get("speaking", []):
+                    corr = mark["correlation"]
+                    if mark["viseme"] != "sil" and corr:
+                        first_frame[corr] = min(at_ms, first_frame.get(corr, at_ms))
+    return {
+        "audio": [first_audio[c] - t for c, t in received.items() if c in first_audio],
+        "frame": [first_frame[c] - t for c, t in received.items() if c in first_frame],
+    }
+
+
+def summarise(engine: Engine, run: str, mp4: str | None) -> dict[str, Any]:
+    """The summary object ``troupe up --json`` prints."""
+    counts = event_counts(engine, run)
+    lat = reply_latencies(engine, run)
+    return {
+        "run": run,
+        "mp4": mp4,
+        "events": dict(sorted(counts.items())),
+        "latency_ms": {
+            "danmaku_to_first_audio": _quantiles(lat["audio"]),
+            "danmaku_to_first_viseme_frame": _quantiles(lat["frame"]),
+        },
+        "dropped": counts.get("utterance.dropped", 0),
+        "rejected": counts.get("danmaku.rejected", 0),
+        "merged": counts.get("cue.merged", 0),
+        "dead_lettered": counts.get("error.dead_lettered", 0),
+    }

@@ -1,0 +1,228 @@
+"""Builds actors and runs them: all in one process (``troupe up``) or one per process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+from sqlalchemy import Engine
+
+from actors.base import Actor
+from actors.runtime import ActorRuntime, RunDirectory
+from actors.show import Show
+from events import codec
+from events.base import Event
+from events.danmaku import DanmakuReceived
+from events.role import RoleDeclared
+from events.run import RunEnded, RunStarted
+from events.subjects import stream_name, subject_for
+from infra.bus import connect, provision_streams
+from infra.metrics import Metrics
+from infra.natsserver import EmbeddedNats
+from infra.settings import Settings
+from store.database import default_url, open_engine
+from store.recorder import EventWriter
+
+log = logging.getLogger(__name__)
+ACTOR_NAMES = ("director", "llm", "tts", "lipsync", "render", "sink", "recorder")
+
+
+class SupervisorError(RuntimeError):
+    """The show could not be started or finished."""
+
+
+def actor_class(name: str) -> type[Actor]:
+    """The actor class for a name (imported lazily: a tts process needs no torch)."""
+    if name == "director":
+        from actors.director import Director
+        return Director
+    if name == "llm":
+        from actors.llm import LLMActor
+        return LLMActor
+    if name == "tts":
+        from actors.tts import TTSActor
+        return TTSActor
+    if name == "lipsync":
+        from actors.lipsync import LipsyncActor
+        return LipsyncActor
+    if name == "render":
+        from actors.render import RenderActor
+        return RenderActor
+    if name == "sink":
+        from actors.sink import SinkActor
+        return SinkActor
+    if name == "recorder":
+        from actors.recorder import RecorderActor
+        return RecorderActor
+    raise SupervisorError(f"unknown actor {name!r} (known: {', '.join(ACTOR_NAMES)})")
+
+
+class Stage:
+    """The shared resources of a process: NATS (embedded or remote), metrics, the store."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.metrics = Metrics()
+        self.embedded: EmbeddedNats | None = None
+        self.nc: Client | None = None
+        self._engine: Engine | None = None
+        self.runtimes: list[ActorRuntime] = []
+        self.runs: RunDirectory | None = None
+
+    @property
+    def js(self) -> JetStreamContext:
+        assert self.nc is not None
+        return self.nc.jetstream(timeout=10.0)
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self._engine = open_engine(self.settings.store_url or default_url(self.settings.state_dir))
+        return self._engine
+
+    async def __aenter__(self) -> Stage:
+        url = self.settings.nats_url
+        if url is None:
+            self.embedded = await EmbeddedNats(self.settings.state_dir / "nats").start()
+            url = self.embedded.url
+        self.nc = await connect(url, "troupe")
+        await provision_streams(self.js, self.settings.frame_max_age_s)
+        self.runs = RunDirectory(self.js)
+        if self.settings.metrics_port >= 0:
+            self.metrics.serve(self.settings.metrics_port)
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for rt in reversed(self.runtimes):
+            await rt.stop()
+        self.runtimes.clear()
+        if self.nc is not None:
+            with contextlib.suppress(Exception):
+                await self.nc.drain()
+        if self.embedded is not None:
+            await self.embedded.stop()
+        self.metrics.close()
+        if self._engine is not None:
+            self._engine.dispose()
+
+    def build(self, name: str) -> Actor:
+        """A new actor of a kind, wired to this stage's settings and store."""
+        cls = actor_class(name)
+        if name == "recorder":
+            return cls(EventWriter(self.engine, self.settings.store_frames), self.metrics)  # type: ignore[call-arg]
+        if name == "lipsync":
+            return cls()
+        return cls(self.settings)  # type: ignore[call-arg]
+
+    async def start_actors(self, names: Sequence[str]) -> list[ActorRuntime]:
+        """Start one runtime per actor name."""
+        started = []
+        for name in names:
+            rt = ActorRuntime(self.build(name), self.js, self.settings, self.metrics, self.runs)
+            await rt.start()
+            self.runtimes.append(rt)
+            started.append(rt)
+        return started
+
+    async def publish(self, events: Sequence[Event]) -> None:
+        """Publish events and wait until JetStream stored them all."""
+        futures = [
+            await self.js.publish_async(subject_for(e), codec.encode(e), headers={"Nats-Msg-Id": e.id})
+            for e in events
+        ]
+        await asyncio.gather(*futures)
+
+    async def pending(self, names: Sequence[str]) -> int:
+        """Unhandled messages on the durable consumers of these actor kinds."""
+        total = 0
+        for name in names:
+            for inp in actor_class(name).inputs:
+                try:
+                    info = await self.js.consumer_info(stream_name(inp.family), f"{name}_{inp.family}")
+                except NotFoundError:
+                    continue
+                total += int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+        return total
+
+
+def new_run_id() -> str:
+    """A fresh run id (a subject token)."""
+    return f"r{time.strftime('%Y%m%d%H%M%S')}{secrets.token_hex(2)}"
+
+
+@dataclass(frozen=True, slots=True)
+class ShowResult:
+    """What a finished show left behind."""
+
+    run: str
+    mp4: Path | None
+    started_at_ms: int
+    duration_ms: int
+
+
+async def run_show(
+    stage: Stage, show: Show, duration_s: float, names: Sequence[str] = ACTOR_NAMES,
+    run_id: str | None = None, drain_timeout_s: float = 60.0,
+) -> ShowResult:
+    """Run one show for ``duration_s`` seconds of show time and wait until it is fully handled."""
+    settings = stage.settings
+    run_id = run_id or new_run_id()
+    await stage.start_actors(names)
+    started = RunStarted(
+        id=f"{run_id}-start", run=run_id, show=show.to_dict(), seed=settings.seed, fps=settings.fps,
+        resolution=settings.resolution, started_at_ms=int(time.time() * 1000) + 200,
+    )
+    await stage.publish([started])
+    await stage.publish([
+        RoleDeclared(
+            id=f"{run_id}-role-{r.id}", run=run_id, role=r.id, name=r.name, persona=r.persona,
+            language=r.language, keywords=r.keywords, weight=r.weight, voice_variant=r.voice_variant,
+            voice_pitch=r.voice_pitch, voice_rate=r.voice_rate, color=r.color, shape=r.shape,
+        )
+        for r in show.roles
+    ])
+    start_s = started.started_at_ms / 1000
+    for i, line in enumerate(show.script):
+        if line.at_s >= duration_s:
+            break
+        await _sleep_until(start_s + line.at_s)
+        await stage.publish([DanmakuReceived(
+            id=f"{run_id}-script-{i}", run=run_id, user=line.user, text=line.text, to=line.to,
+            kind=line.kind, at_ms=int(time.time() * 1000),
+        )])
+    await _sleep_until(start_s + duration_s)
+    duration_ms = int(duration_s * 1000)
+    await stage.publish([RunEnded(id=f"{run_id}-end", run=run_id, t_ms=duration_ms, reason="duration reached", duration_ms=duration_ms)])
+    mp4 = await _drain(stage, run_id, drain_timeout_s)
+    return ShowResult(run_id, mp4, started.started_at_ms, duration_ms)
+
+
+async def _sleep_until(wall_s: float) -> None:
+    delay = wall_s - time.time()
+    if delay > 0:
+        await asyncio.sleep(delay)
+
+
+async def _drain(stage: Stage, run_id: str, timeout_s: float) -> Path | None:
+    """Wait until every actor kind has handled everything and the video is closed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    path = Path(stage.settings.out_dir) / f"{run_id}.mp4"
+    while loop.time() < deadline:
+        if await stage.pending(ACTOR_NAMES) == 0 and path.exists():
+            return path
+        await asyncio.sleep(0.1)
+    log.warning("the show did not drain within %.0f s", timeout_s)
+    return path if path.exists() else None

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# One command for the tests: create .venv, install Troupe with its dev tools, lint, run the tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q -e '.[dev]'
+.venv/bin/ruff check actors events infra store schedulers tests bench
+.venv/bin/python -m pytest -q "$@"

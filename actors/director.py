@@ -21,6 +21,12 @@ MAX_USER_CHARS = 64
 SPEECH_ESTIMATE_MS = 3000
 _MENTION = re.compile(r"@([\w\-]+)", re.UNICODE)
 _PUNCT = re.compile(r"[\W_]+", re.UNICODE)
+_WORD = re.compile(r"[a-z0-9']+")
+
+
+def _mentions(keyword: str, folded: str, words: set[str]) -> bool:
+    """Latin keywords match whole words ("eat" not in "weather"); CJK ones match anywhere."""
+    return keyword in words if keyword.isascii() else keyword in folded
 
 
 def normalise(text: str) -> str:
@@ -163,7 +169,8 @@ class Director(Actor):
             if role.name.casefold() in event.text.casefold():
                 return role.id, "name"
         folded = event.text.casefold()
-        scores = {r.id: sum(1 for k in r.keywords if k.casefold() in folded) for r in show.roles}
+        words = set(_WORD.findall(folded))
+        scores = {r.id: sum(1 for k in r.keywords if _mentions(k.casefold(), folded, words)) for r in show.roles}
         best = max(scores.values())
         if best > 0:
             return next(r.id for r in show.roles if scores[r.id] == best), "keyword"

@@ -98,9 +98,9 @@ class SinkActor(Actor):
                     for stale in [n for n in mux.pending_frames if n < mux.frames_written]:
                         del mux.pending_frames[stale]
                     continue
-                if mux.last_frame is None:
-                    break
-                jpeg = mux.last_frame  # the renderer skipped this frame: hold the picture
+                # The renderer skipped this frame (frames arrive in order): hold the picture,
+                # or show the first one early when the show opened with a skip.
+                jpeg = mux.last_frame or mux.pending_frames[min(mux.pending_frames)]
             mux.writer.write_frame(jpeg)
             mux.last_frame = jpeg
             mux.frames_written += 1

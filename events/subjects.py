@@ -70,6 +70,8 @@ def stream_specs(frame_max_age_s: float = 600.0) -> tuple[StreamSpec, ...]:
     for family in FAMILIES:
         if family == "frame":
             specs.append(StreamSpec(family, frame_max_age_s, 8 * _GIB, 8 * 1024 * 1024))
+        elif family == "danmaku":  # room for oversized comments, so the director can reject them
+            specs.append(StreamSpec(family, 7 * _DAY, 2 * _GIB, 4 * 1024 * 1024))
         elif family == "audio":
             specs.append(StreamSpec(family, 7 * _DAY, 8 * _GIB, 1024 * 1024))
         else:

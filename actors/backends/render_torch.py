@@ -1,4 +1,4 @@
-"""Stage renderer on torch: Pillow pre-renders sprites once, frames are tensor copies."""
+"""Stage renderer: Pillow pre-renders sprites per resolution, each frame is a few array copies."""
 
 from __future__ import annotations
 
@@ -33,11 +33,12 @@ from actors.backends.stage_art import (
 )
 
 RESOLUTIONS = {"1080p": (1920, 1080), "720p": (1280, 720), "480p": (854, 480), "360p": (640, 360)}
-SHAPES = ("round", "square", "tall")
+SHAPES = tuple(SILHOUETTES)
 _SS = 2  # supersampling factor; reduce(2) is a box filter, so crops at even coords stay exact
 _SUB_CACHE = 64
 _BLINK_MS = 130
 _MAX_ROLES = 8
+Pixels = torch.Tensor | np.ndarray  # uint8 HxWx3
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +93,14 @@ class _Scene:
             self._role(look, bg, tile_box, tag_box, bw, bh, gp, tag_font)
         self.base = self._tensor(bg)
         self.band = bg.crop((0, band_y, w, h))
-        self.sub_cache: OrderedDict[str, torch.Tensor] = OrderedDict()
+        self.sub_cache: OrderedDict[str, Pixels] = OrderedDict()
 
-    def _tensor(self, img: Image.Image) -> torch.Tensor:
-        """Pillow image -> contiguous uint8 HxWx3 tensor on the scene's device."""
-        return torch.from_numpy(np.array(img.convert("RGB"))).to(self.device).contiguous()
+    def _tensor(self, img: Image.Image) -> Pixels:
+        """Pillow image -> contiguous uint8 HxWx3 pixels: numpy on CPU, else a tensor on the device."""
+        arr = np.array(img.convert("RGB"))
+        # On CPU, numpy copies stay on the calling thread; torch copies this size fan out to its
+        # OpenMP pool, whose spin-waiting workers then starve x264's threads on a 2-core box.
+        return arr if self.device.type == "cpu" else torch.from_numpy(arr).to(self.device)
 
     def _role(self, look: RoleLook, bg: Image.Image, tile_box: tuple[int, int, int, int],
               tag_box: tuple[int, int, int, int], bw: int, bh: int, gp: int,
@@ -178,7 +182,7 @@ class _Scene:
                 bg.paste(tag, tag_box[:2])
         self.tags.append(tags)
 
-    def subtitle(self, text: str) -> torch.Tensor:
+    def subtitle(self, text: str) -> Pixels:
         """The subtitle band with text on a box, rasterised once per text (bounded LRU)."""
         hit = self.sub_cache.get(text)
         if hit is not None:
@@ -282,23 +286,24 @@ class StageRenderer:
             if st.viseme not in MOUTHS:
                 raise ValueError(f"unknown viseme {st.viseme!r}; one of {VISEMES}")
             by_role[st.role] = st
-        out = scene.base.clone()
+        base = scene.base
+        out = base.copy() if isinstance(base, np.ndarray) else base.clone()
         amp = scene.amp
         for i, look in enumerate(self._looks):
             st = by_role.get(look.role)
             lit = st is not None and st.speaking
             d = self.breath_offset(look.role, t_ms)
             (tx0, ty0, tx1, ty1), (ex, ey, ew, eh), (mx, my, mw, mh), tag = scene.slots[i]
-            out[ty0:ty1, tx0:tx1].copy_(scene.tiles[i][lit][d + amp])
+            out[ty0:ty1, tx0:tx1] = scene.tiles[i][lit][d + amp]
             if lit:
-                out[tag[1]:tag[3], tag[0]:tag[2]].copy_(scene.tags[i][1])
+                out[tag[1]:tag[3], tag[0]:tag[2]] = scene.tags[i][1]
             if self.eyes_closed(look.role, t_ms):
-                out[ey + d:ey + d + eh, ex:ex + ew].copy_(scene.eyes[i])
-            out[my + d:my + d + mh, mx:mx + mw].copy_(scene.mouths[i][st.viseme if st else "sil"])
+                out[ey + d:ey + d + eh, ex:ex + ew] = scene.eyes[i]
+            out[my + d:my + d + mh, mx:mx + mw] = scene.mouths[i][st.viseme if st else "sil"]
         if subtitle:
             band = scene.subtitle(subtitle)
-            out[scene.size[1] - band.shape[0]:].copy_(band)
-        return out if out.device.type == "cpu" else out.cpu()
+            out[scene.size[1] - band.shape[0]:] = band
+        return torch.from_numpy(out) if isinstance(out, np.ndarray) else out.cpu()
 
 
 def encode_jpeg(frame: torch.Tensor | np.ndarray, quality: int = 80) -> bytes:

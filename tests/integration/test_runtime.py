@@ -1,0 +1,159 @@
+"""The actor runtime on a real nats-server: acks, retries, dead letters, sharing, provisioning."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+from typing import Any
+
+from nats.js import JetStreamContext
+
+from actors.base import Actor, Context, HandlerError, Input
+from actors.runtime import ActorRuntime
+from events import codec
+from events.base import Event
+from events.cue import CueIssued
+from events.danmaku import DanmakuReceived
+from events.error import DeadLettered
+from events.subjects import stream_name
+from infra.bus import ConsumerSpec, provision_consumers, provision_streams
+from infra.metrics import Metrics
+from infra.settings import Settings
+from tests.conftest import wait_for
+
+_ids = itertools.count()
+
+
+def echo_actor(run: str, fail_times: int = 0, permanent: bool = False) -> Actor:
+    """A pass-through actor for one run: each danmaku becomes one cue."""
+
+    class Echo(Actor):
+        name = f"echo{next(_ids)}"
+        inputs = (Input("danmaku", (f"troupe.{run}.danmaku.received",)),)
+        accepts_unknown_runs = True
+
+        def __init__(self) -> None:
+            self.calls = 0
+
+        def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
+            self.calls += 1
+            if permanent and "poison" in getattr(event, "text", ""):
+                raise HandlerError("poison pill")
+            if self.calls <= fail_times:
+                raise RuntimeError("transient trouble")
+            assert isinstance(event, DanmakuReceived)
+            return [CueIssued(
+                id=event.derive("cue"), run=event.run, role="host", causation=event.id,
+                correlation=event.id, seq=0, user=event.user, text=event.text,
+                danmaku=(event.id,), routed_by="echo",
+            )]
+
+    return Echo()
+
+
+async def publish_danmaku(js: JetStreamContext, run: str, texts: Sequence[str]) -> list[str]:
+    ids = []
+    for i, text in enumerate(texts):
+        event = DanmakuReceived(id=f"{run}-d{i}", run=run, text=text)
+        await js.publish(f"troupe.{run}.danmaku.received", codec.encode(event), headers={"Nats-Msg-Id": event.id})
+        ids.append(event.id)
+    return ids
+
+
+async def collect(js: JetStreamContext, family: str, run: str) -> list[Event]:
+    """Every event of one family and run currently in its stream."""
+    sub = await js.subscribe(f"troupe.{run}.{family}.>", ordered_consumer=True)
+    try:
+        info = await js.stream_info(stream_name(family), subjects_filter=f"troupe.{run}.{family}.>")
+        expected = sum((info.state.subjects or {}).values()) if info.state.subjects else 0
+        out: list[Event] = []
+        while len(out) < expected:
+            msg = await sub.next_msg(timeout=5)
+            out.append(codec.decode(msg.data))
+        return out
+    finally:
+        await sub.unsubscribe()
+
+
+async def count(js: JetStreamContext, family: str, run: str) -> int:
+    info = await js.stream_info(stream_name(family), subjects_filter=f"troupe.{run}.{family}.>")
+    return sum((info.state.subjects or {}).values()) if info.state.subjects else 0
+
+
+async def test_provisioning_twice_changes_nothing(js: JetStreamContext) -> None:
+    await provision_streams(js)
+    before = {s.config.name: (s.config, s.created) for s in await js.streams_info()}
+    assert await provision_streams(js) == []
+    after = {s.config.name: (s.config, s.created) for s in await js.streams_info()}
+    assert before == after
+    spec = ConsumerSpec("prov_test", "cue")
+    assert await provision_consumers(js, [spec]) == ["prov_test"]
+    info = await js.consumer_info("TROUPE_CUE", "prov_test")
+    assert await provision_consumers(js, [spec]) == []
+    again = await js.consumer_info("TROUPE_CUE", "prov_test")
+    assert (info.config, info.created) == (again.config, again.created)
+
+
+async def test_each_input_yields_its_outputs_once(js: JetStreamContext, settings: Settings) -> None:
+    run = "rt-pass"
+    async with ActorRuntime(echo_actor(run), js, settings, Metrics()):
+        ids = await publish_danmaku(js, run, [f"hello {i}" for i in range(50)])
+        await wait_for(lambda: count(js, "cue", run), what="cues")
+        await wait_for(lambda: _eq(count(js, "cue", run), 50), what="50 cues")
+    cues = await collect(js, "cue", run)
+    assert sorted(c.causation for c in cues) == sorted(ids)  # type: ignore[type-var]
+
+
+async def _eq(value: Any, expected: int) -> bool:
+    return (await value) == expected
+
+
+async def test_transient_failures_are_retried(js: JetStreamContext, settings: Settings) -> None:
+    run = "rt-retry"
+    actor = echo_actor(run, fail_times=2)
+    metrics = Metrics()
+    async with ActorRuntime(actor, js, settings, metrics):
+        await publish_danmaku(js, run, ["once"])
+        await wait_for(lambda: _eq(count(js, "cue", run), 1), what="the retried cue")
+    assert actor.calls == 3  # type: ignore[attr-defined]
+    assert metrics.registry.get_sample_value("troupe_redelivered_total", {"actor": actor.name}) == 2
+
+
+async def test_poison_and_garbage_are_dead_lettered_with_their_bytes(js: JetStreamContext, settings: Settings) -> None:
+    run = "rt-dead"
+    actor = echo_actor(run, permanent=True)
+    async with ActorRuntime(actor, js, settings, Metrics()):
+        await publish_danmaku(js, run, ["poison", "fine"])
+        await js.publish(f"troupe.{run}.danmaku.received", b"\xff\x00 not json")
+        await wait_for(lambda: _eq(count(js, "error", run), 2), what="two dead letters")
+        await wait_for(lambda: _eq(count(js, "cue", run), 1), what="the good cue")
+    letters = [e for e in await collect(js, "error", run) if isinstance(e, DeadLettered)]
+    reasons = sorted(letter.reason for letter in letters)
+    assert reasons[0] == "poison pill" and reasons[1].startswith("undecodable")
+    assert any(letter.raw == b"\xff\x00 not json" for letter in letters)
+
+
+async def test_always_failing_input_stops_at_max_deliver(js: JetStreamContext, settings: Settings) -> None:
+    run = "rt-max"
+    actor = echo_actor(run, fail_times=10**6)
+    async with ActorRuntime(actor, js, settings, Metrics()):
+        await publish_danmaku(js, run, ["never works"])
+        await wait_for(lambda: _eq(count(js, "error", run), 1), timeout_s=20, what="dead letter")
+    [letter] = await collect(js, "error", run)
+    assert isinstance(letter, DeadLettered)
+    assert letter.deliveries == settings.max_deliver
+    assert "transient trouble" in letter.reason
+
+
+async def test_two_processes_of_one_kind_share_the_work(js: JetStreamContext, settings: Settings) -> None:
+    run = "rt-share"
+    first = echo_actor(run)
+    second = type(first)()  # same class: same durable consumer
+    async with ActorRuntime(first, js, settings.replace(fetch_batch=4), Metrics()), \
+            ActorRuntime(second, js, settings.replace(fetch_batch=4), Metrics()):
+        await publish_danmaku(js, run, [f"m{i}" for i in range(400)])
+        await wait_for(lambda: _eq(count(js, "cue", run), 400), timeout_s=30, what="400 cues")
+    assert first.calls > 0 and second.calls > 0  # type: ignore[attr-defined]
+    assert first.calls + second.calls == 400  # type: ignore[attr-defined]
+    cues = await collect(js, "cue", run)
+    assert len({c.id for c in cues}) == 400

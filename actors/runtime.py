@@ -148,6 +148,11 @@ class ActorRuntime:
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
+    @property
+    def healthy(self) -> bool:
+        """True while every loop of this actor is running."""
+        return bool(self._tasks) and not any(t.done() for t in self._tasks)
+
     async def pending(self) -> int:
         """Messages not yet handled and acked across this actor's consumers."""
         total = 0

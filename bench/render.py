@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -157,13 +158,19 @@ def measure(resolution: str, frames: int, repeats: int, tmp: Path) -> Row:
                frames / mp4_s, kbps, timed(pipeline, repeats) / video_s, timed(threaded, repeats) / video_s)
 
 
+def encode_all(images: list[torch.Tensor], quality: int) -> None:
+    """JPEG-encodes every image."""
+    for image in images:
+        encode_jpeg(image, quality)
+
+
 def jpeg_sweep(frames: int, repeats: int) -> dict[str, dict[str, float]]:
     """encode_jpeg speed and size at 720p for qualities 75..85."""
     renderer = StageRenderer(LOOKS, "720p", seed=1)
     images = [renderer.draw(i * 40, *show_states(i)) for i in range(min(frames, 2 * FPS))]
     sweep = {}
     for quality in (75, 80, 85):
-        secs = timed(lambda q=quality: [encode_jpeg(im, q) for im in images], repeats)
+        secs = timed(partial(encode_all, images, quality), repeats)
         kb = sum(len(encode_jpeg(im, quality)) for im in images) / len(images) / 1000
         sweep[str(quality)] = {"ms": secs / len(images) * 1000, "kb": kb}
     return sweep

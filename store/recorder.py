@@ -45,7 +45,10 @@ class EventWriter:
 
     def _row(self, item: Recorded) -> dict[str, object]:
         e = item.event
-        body, digest, size = item.body, None, None
+        # Producers may leave envelope fields out (the runtime filled them in from the
+        # message): store the complete event.  Media events come from Troupe itself, whole.
+        body = item.body if e.blob is not None else codec.encode(e)
+        digest, size = None, None
         if self.frames == "digest" and e.blob == "jpeg":
             json_part, blob = codec.split(item.body)
             body = json_part

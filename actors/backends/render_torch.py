@@ -8,6 +8,8 @@ import random
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,6 +41,7 @@ _SUB_CACHE = 64
 _BLINK_MS = 130
 _MAX_ROLES = 8
 Pixels = torch.Tensor | np.ndarray  # uint8 HxWx3
+Box = tuple[int, int, int, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,11 @@ class _Scene:
         bg = draw_backdrop(w, h, desk_y, band_y, seed)
         tag_font = load_font(font_path, round(0.03 * h))
         self.font = load_font(font_path, round(0.042 * h))
-        self.tiles, self.tags, self.eyes, self.mouths, self.slots = [], [], [], [], []
+        self.tiles: list[list[list[Pixels]]] = []  # [role][lit][bob + amp]
+        self.tags: list[list[Pixels]] = []  # [role][lit]
+        self.eyes: list[Pixels] = []  # closed eyes per role
+        self.mouths: list[dict[str, Pixels]] = []  # [role][viseme]
+        self.slots: list[tuple[Box, Box, Box, Box]] = []  # tile, eyes (x, y, w, h), mouth (x, y, w, h), tag
         for i, look in enumerate(looks):
             cx = round((i + 0.5) * slot_w)
             tx0, ty0 = cx - bw // 2 - gp, desk_y - bh - self.amp - gp
@@ -102,8 +109,8 @@ class _Scene:
         # OpenMP pool, whose spin-waiting workers then starve x264's threads on a 2-core box.
         return arr if self.device.type == "cpu" else torch.from_numpy(arr).to(self.device)
 
-    def _role(self, look: RoleLook, bg: Image.Image, tile_box: tuple[int, int, int, int],
-              tag_box: tuple[int, int, int, int], bw: int, bh: int, gp: int,
+    def _role(self, look: RoleLook, bg: Image.Image, tile_box: Box,
+              tag_box: Box, bw: int, bh: int, gp: int,
               tag_font: Font) -> None:
         """Pre-renders one role's tiles (bob x highlight), eye, mouth and name tag sprites."""
         main = parse_rgb(look.color)
@@ -122,14 +129,14 @@ class _Scene:
         for part in SILHOUETTES[look.shape] + DETAILS[look.shape]:
             draw_part(draw, part, bw * ss, bh * ss, gp * ss, gp * ss, 0, pal[part[5]])
 
-        def box(rel: tuple[float, float, float, float]) -> tuple[int, int, int, int]:
+        def box(rel: tuple[float, float, float, float]) -> Box:
             return (gp + int(rel[0] * bw), gp + int(rel[1] * bh), gp + math.ceil(rel[2] * bw),
                     gp + math.ceil(rel[3] * bh))
 
         ebox, mbox = box(EYE_BOX), box(MOUTH_BOX)
         bare = canvas.copy()  # face without eyes or mouth; sprites start from crops of it
 
-        def sprite(b: tuple[int, int, int, int], paint: Callable[[Image.Image], None]) -> Image.Image:
+        def sprite(b: Box, paint: Callable[[Image.Image], None]) -> Image.Image:
             # Box-filter reduce of an even-aligned crop equals the same region of a full reduce.
             crop = bare.crop((b[0] * ss, b[1] * ss, b[2] * ss, b[3] * ss))
             paint(crop)
@@ -138,8 +145,7 @@ class _Scene:
         ex = sprite(ebox, lambda im: draw_eyes(im, True, pal["dark"], lw)).reduce(ss)
         canvas.paste(sprite(ebox, lambda im: draw_eyes(im, False, pal["dark"], lw)), (ebox[0] * ss, ebox[1] * ss))
         lips = mix(pal["dark"], (150, 40, 60), 0.5)
-        mouths = {v: sprite(mbox, lambda im, m=m: draw_mouth(im, m, lips, lw)).reduce(ss)
-                  for v, m in MOUTHS.items()}
+        mouths = {v: sprite(mbox, partial(draw_mouth, m=m, lips=lips, lw=lw)).reduce(ss) for v, m in MOUTHS.items()}
         body = canvas.reduce(ss).crop((0, 0, cw, th))
         halo = glow.reduce(ss).filter(ImageFilter.GaussianBlur(gp / 3)).crop((0, 0, cw, th))
         gold = Image.new("RGBA", (cw, th), (255, 214, 96, 0))
@@ -280,14 +286,15 @@ class StageRenderer:
         """Renders the frame at t_ms as a uint8 HxWx3 tensor on the CPU."""
         scene = self._scene  # one read, so a concurrent set_resolution cannot tear this frame
         by_role: dict[str, RoleState] = {}
-        for st in states:
-            if st.role not in self._index:
-                raise ValueError(f"unknown role {st.role!r}")
-            if st.viseme not in MOUTHS:
-                raise ValueError(f"unknown viseme {st.viseme!r}; one of {VISEMES}")
-            by_role[st.role] = st
+        for given in states:
+            if given.role not in self._index:
+                raise ValueError(f"unknown role {given.role!r}")
+            if given.viseme not in MOUTHS:
+                raise ValueError(f"unknown viseme {given.viseme!r}; one of {VISEMES}")
+            by_role[given.role] = given
         base = scene.base
-        out = base.copy() if isinstance(base, np.ndarray) else base.clone()
+        # numpy array on CPU, tensor elsewhere: both slice-assign the same way.
+        out: Any = base.copy() if isinstance(base, np.ndarray) else base.clone()
         amp = scene.amp
         for i, look in enumerate(self._looks):
             st = by_role.get(look.role)

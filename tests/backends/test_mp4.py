@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -21,19 +22,24 @@ def sine(seconds: float, hz: float = 440.0) -> bytes:
     return (np.sin(2 * np.pi * hz * t) * 0.3 * 32767).astype("<i2").tobytes()
 
 
-def probe(path: Path) -> dict[str, object]:
+def seconds(stream: av.stream.Stream) -> float:
+    assert stream.duration is not None and stream.time_base is not None
+    return float(stream.duration * stream.time_base)
+
+
+def probe(path: Path) -> dict[str, Any]:
     """Stream facts plus every decoded video frame's size and the audio sample count."""
     with av.open(str(path)) as container:
         video = container.streams.video[0]
-        facts: dict[str, object] = {
+        facts: dict[str, Any] = {
             "vcodec": video.codec_context.name, "rate": video.average_rate,
-            "vduration": float(video.duration * video.time_base), "audio": bool(container.streams.audio),
+            "vduration": seconds(video), "audio": bool(container.streams.audio),
         }
         if container.streams.audio:
             audio = container.streams.audio[0]
             facts.update(acodec=audio.codec_context.name, arate=audio.sample_rate,
                          channels=audio.codec_context.channels,
-                         aduration=float(audio.duration * audio.time_base))
+                         aduration=seconds(audio))
         sizes, samples, first = [], 0, None
         for frame in container.decode(*container.streams):
             if isinstance(frame, av.VideoFrame):

@@ -42,7 +42,7 @@ def digest(frame: torch.Tensor) -> str:
     return hashlib.sha256(frame.numpy().tobytes()).hexdigest()
 
 
-def changed(a: torch.Tensor, b: torch.Tensor) -> np.ndarray:
+def changed(a: torch.Tensor, b: torch.Tensor) -> tuple[np.ndarray, ...]:
     """(rows, cols) of pixels that differ between two frames."""
     return np.nonzero((a.numpy() != b.numpy()).any(axis=2))
 

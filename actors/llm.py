@@ -50,7 +50,7 @@ class LLMActor(Actor):
             )]
         persona = Persona(role.id, role.name, role.persona, role.language, role.keywords)
         prompt = Prompt(cue_id=event.id, user=event.user, text=event.text)
-        chunks = list(backend.stream(persona, prompt))
+        chunks = list(backend.stream(persona, prompt))[: self.settings.llm_max_sentences]
         out: list[Event] = [
             UtteranceChunk(
                 id=event.derive(f"chunk{i}"), t_ms=ctx.now_ms, utterance=event.id, seq=i,
@@ -60,6 +60,7 @@ class LLMActor(Actor):
         ]
         out.append(UtteranceCompleted(
             id=event.derive("completed"), t_ms=ctx.now_ms, utterance=event.id,
-            text=backend.reply(persona, prompt), chunks=len(chunks), backend=backend.name, **common,
+            text=("" if role.language == "zh" else " ").join(chunks), chunks=len(chunks),
+            backend=backend.name, **common,
         ))
         return out

@@ -14,7 +14,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from nats.aio.msg import Msg
@@ -41,6 +41,7 @@ class Delivery:
     """One fetched message and what became of it."""
 
     msg: Msg
+    meta: AckMetadata | None = None
     event: Event | None = None
     outputs: list[Event] = field(default_factory=list)
     futures: list[asyncio.Future[Any]] = field(default_factory=list)
@@ -48,24 +49,68 @@ class Delivery:
     permanent: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class AckMetadata:
+    """What the runtime needs from a JetStream message's reply subject."""
+
+    delivered: int
+    stream_seq: int
+    timestamp_ns: int
+
+
+def ack_metadata(msg: Msg) -> AckMetadata:
+    """Parse ``$JS.ACK.[domain.hash.]stream.consumer.delivered.sseq.cseq.ts.pending``.
+
+    Cheaper than ``msg.metadata``, which also builds datetimes and sequence objects.
+    """
+    tokens = (msg.reply or "").split(".")
+    if len(tokens) == 9:
+        base = 4
+    elif len(tokens) >= 11:
+        base = 6
+    else:
+        meta = msg.metadata
+        ts = int(meta.timestamp.timestamp() * 1e9) if meta.timestamp else 0
+        return AckMetadata(meta.num_delivered or 1, meta.sequence.stream, ts)
+    return AckMetadata(int(tokens[base]), int(tokens[base + 1]), int(tokens[base + 3]))
+
+
+def _failure(future: asyncio.Future[Any]) -> BaseException | None:
+    if future.cancelled():
+        return asyncio.CancelledError("publish cancelled")
+    return future.exception()
+
+
 class RunDirectory:
     """Looks up and caches each run's ``run.started`` event from the run stream."""
 
-    def __init__(self, js: JetStreamContext) -> None:
+    def __init__(self, js: JetStreamContext, clock: Clock = time.monotonic, retry_s: float = 1.0) -> None:
         self._js = js
         self._runs: dict[str, RunStarted] = {}
+        # Runs looked up and not found, with when to look again: a flood of danmaku
+        # for a missing run must not become a flood of lookups.
+        self._missing: dict[str, float] = {}
+        self._clock = clock
+        self._retry_s = retry_s
 
     def remember(self, run: RunStarted) -> None:
         self._runs[run.run] = run
+        self._missing.pop(run.run, None)
 
     async def get(self, run: str) -> RunStarted | None:
         """The run's start event, or None when the run does not exist."""
         known = self._runs.get(run)
         if known is not None or not is_token(run):
             return known
+        now = self._clock()
+        if self._missing.get(run, 0.0) > now:
+            return None
         try:
             raw = await self._js.get_last_msg(stream_name("run"), f"troupe.{run}.run.started")
         except NotFoundError:
+            if len(self._missing) > 10_000:
+                self._missing.clear()
+            self._missing[run] = now + self._retry_s
             return None
         event = codec.decode(raw.data or b"")
         if isinstance(event, RunStarted):
@@ -94,6 +139,12 @@ class ActorRuntime:
         self._inflight = 0
         self._subs: list[Any] = []
         self._tick_wakeup = asyncio.Event()
+        name = actor.name
+        self._processed = metrics.processed.labels(name)
+        self._redelivered = metrics.redelivered.labels(name)
+        self._handler_seconds = metrics.handler_seconds.labels(name)
+        self._published: dict[str, Any] = {}
+        self._hops: dict[str, Any] = {}
 
     def consumer_specs(self) -> list[ConsumerSpec]:
         """The durable consumers this actor needs, one per input family."""
@@ -196,19 +247,25 @@ class ActorRuntime:
                     await self._handle(d)
             for d in deliveries:
                 await self._publish(d, d.outputs)
+        futures = [f for d in deliveries for f in d.futures]
+        if futures:
+            await asyncio.wait(futures)
         for d in deliveries:
+            failure = next((e for e in map(_failure, d.futures) if e is not None), None)
+            if failure is not None and d.error is None:
+                d.error = f"publish failed: {failure}"
             await self._settle(d)
 
     async def _decode(self, d: Delivery, spec: ConsumerSpec) -> None:
-        meta = d.msg.metadata
-        if meta.num_delivered and meta.num_delivered > 1:
-            self.metrics.redelivered.labels(self.actor.name).inc()
+        meta = d.meta = ack_metadata(d.msg)
+        if meta.delivered > 1:
+            self._redelivered.inc()
         run = run_of(d.msg.subject) or "_"
-        key = f"{spec.family}-{meta.sequence.stream}"
+        key = f"{spec.family}-{meta.stream_seq}"
         defaults = {
             "id": (d.msg.headers or {}).get("Nats-Msg-Id") or key,
             "run": run,
-            "at_ms": int(meta.timestamp.timestamp() * 1000) if meta.timestamp else 0,
+            "at_ms": meta.timestamp_ns // 1_000_000,
         }
         try:
             event = codec.decode(d.msg.data, defaults)
@@ -220,9 +277,11 @@ class ActorRuntime:
             d.outputs.extend(self.actor.undecodable(key, d.msg.data, str(exc), ctx))
             return
         d.event = event
-        self.metrics.hop_latency.labels(f"{event.type}>{self.actor.name}").observe(
-            max(0.0, self.clock() - event.at_ms / 1000) if event.at_ms else 0.0
-        )
+        hop = self._hops.get(event.type)
+        if hop is None:
+            hop = self._hops[event.type] = self.metrics.hop_latency.labels(f"{event.type}>{self.actor.name}")
+        if event.at_ms:
+            hop.observe(max(0.0, self.clock() - event.at_ms / 1000))
 
     async def _lookup_run(self, run: str) -> RunStarted | None:
         try:
@@ -261,7 +320,7 @@ class ActorRuntime:
         else:
             d.outputs.extend(outputs)
             self._tick_wakeup.set()
-        self.metrics.handler_seconds.labels(self.actor.name).observe(time.perf_counter() - started)
+        self._handler_seconds.observe(time.perf_counter() - started)
 
     async def _consume_batch(self, batch: list[Delivery]) -> None:
         items = [(d.event, d.msg) for d in batch]
@@ -276,29 +335,26 @@ class ActorRuntime:
         futures = []
         now_ms = int(self.clock() * 1000)
         for event in outputs:
-            if not event.at_ms:
-                event = replace(event, at_ms=now_ms)
             future = await self.js.publish_async(
-                subject_for(event), codec.encode(event), headers={"Nats-Msg-Id": event.id}
+                subject_for(event), codec.encode(event, at_ms=now_ms), headers={"Nats-Msg-Id": event.id}
             )
             futures.append(future)
-            self.metrics.published.labels(self.actor.name, event.type).inc()
+            counter = self._published.get(event.type)
+            if counter is None:
+                counter = self._published[event.type] = self.metrics.published.labels(self.actor.name, event.type)
+            counter.inc()
         if d is not None:
             d.futures = futures
         return futures
 
     async def _settle(self, d: Delivery) -> None:
-        if d.futures:
-            results = await asyncio.gather(*d.futures, return_exceptions=True)
-            failures = [r for r in results if isinstance(r, BaseException)]
-            if failures and d.error is None:
-                d.error = f"publish failed: {failures[0]}"
+        """Ack a delivery whose outputs are stored; nak it for a retry, or dead-letter it."""
         if d.error is None:
             await d.msg.ack()
-            self.metrics.processed.labels(self.actor.name).inc()
+            self._processed.inc()
             return
         self.metrics.failed.labels(self.actor.name, "permanent" if d.permanent else "transient").inc()
-        deliveries = d.msg.metadata.num_delivered or 1
+        deliveries = d.meta.delivered if d.meta else ack_metadata(d.msg).delivered
         if d.permanent or deliveries >= self.settings.max_deliver:
             await self._dead_letter(d, deliveries)
         else:
@@ -306,7 +362,7 @@ class ActorRuntime:
             await d.msg.nak(delay=delay)
 
     async def _dead_letter(self, d: Delivery, deliveries: int) -> None:
-        seq = d.msg.metadata.sequence.stream
+        seq = d.meta.stream_seq if d.meta else ack_metadata(d.msg).stream_seq
         run = run_of(d.msg.subject)
         letter = DeadLettered(
             id=derive_id(f"{d.msg.subject}#{seq}", f"dead:{self.actor.name}"),

@@ -9,6 +9,7 @@ uses Python import paths on the wire.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import types
 import typing
@@ -57,11 +58,7 @@ class Event:
 
     def payload(self) -> dict[str, Any]:
         """The payload fields as a dict (the blob field excluded)."""
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name not in ENVELOPE_FIELDS and f.name != self.blob
-        }
+        return {name: getattr(self, name) for name in payload_names(type(self))}
 
     def derive(self, discriminator: str | int) -> str:
         """A deterministic id for an event caused by this one."""
@@ -69,6 +66,14 @@ class Event:
 
 
 E = TypeVar("E", bound=type[Event])
+
+
+@functools.cache
+def payload_names(cls: type[Event]) -> tuple[str, ...]:
+    """The payload field names of an event class (envelope and blob excluded), in order."""
+    return tuple(
+        f.name for f in dataclasses.fields(cls) if f.name not in ENVELOPE_FIELDS and f.name != cls.blob
+    )
 
 
 class EventRegistry:

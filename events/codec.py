@@ -9,32 +9,31 @@ goes through base64.  Any NATS client can publish plain JSON danmaku.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import struct
 from collections.abc import Mapping
 from typing import Any
 
 import orjson
 
-from events.base import ENVELOPE_FIELDS, DecodeError, Event, check_value, registry
+from events.base import ENVELOPE_FIELDS, DecodeError, Event, check_value, payload_names, registry
 
 MAGIC = b"\x00TRP"
 _HEADER = struct.Struct(">I")
-_ENVELOPE_TYPES: dict[str, type | tuple[type, ...]] = {
-    "id": str,
-    "run": str,
-    "role": (str, type(None)),
-    "causation": (str, type(None)),
-    "correlation": (str, type(None)),
-    "t_ms": int,
-    "at_ms": int,
-}
+_ENVELOPE_KINDS = (
+    ("id", str), ("run", str), ("role", str), ("causation", str), ("correlation", str),
+    ("t_ms", int), ("at_ms", int),
+)
+_REQUIRED_ENVELOPE = frozenset({"id", "run"})
 
 
-def encode(event: Event) -> bytes:
-    """Serialise an event (envelope, version, payload, raw blob)."""
+def encode(event: Event, at_ms: int | None = None) -> bytes:
+    """Serialise an event (envelope, version, payload, raw blob); ``at_ms`` stamps emission time."""
     doc = {"type": event.type, "v": event.v}
     for name in ENVELOPE_FIELDS:
         doc[name] = getattr(event, name)
+    if at_ms is not None and not event.at_ms:
+        doc["at_ms"] = at_ms
     doc["payload"] = event.payload()
     body = orjson.dumps(doc)
     if event.blob is None:
@@ -87,30 +86,45 @@ def _build(
     cls: type[Event], doc: dict[str, Any], payload: dict[str, Any], blob: bytes | None,
     defaults: Mapping[str, Any],
 ) -> Event:
-    hints = registry.field_types(cls.type)
+    plan = _plan(cls)
     kwargs: dict[str, Any] = {}
-    for name in ENVELOPE_FIELDS:
-        value = doc.get(name, defaults.get(name))
-        if value is None and name in defaults:
-            value = defaults[name]
+    for name, kind in _ENVELOPE_KINDS:
+        value = doc.get(name)
         if value is None:
-            if name in ("id", "run"):
-                raise DecodeError("missing", name)
-            continue
-        expected = _ENVELOPE_TYPES[name]
-        if not isinstance(value, expected) or isinstance(value, bool):
+            value = defaults.get(name)
+            if value is None:
+                if name in _REQUIRED_ENVELOPE:
+                    raise DecodeError("missing", name)
+                continue
+        if type(value) is not kind:
             raise DecodeError(f"wrong type {type(value).__name__}", name)
         kwargs[name] = value
-    for f in dataclasses.fields(cls):
-        if f.name in ENVELOPE_FIELDS:
-            continue
-        if f.name == cls.blob:
-            if blob is None:
-                raise DecodeError("binary payload missing (unframed message)", f.name)
-            kwargs[f.name] = blob
-            continue
-        if f.name in payload:
-            kwargs[f.name] = check_value(payload[f.name], hints[f.name], f"payload.{f.name}")
-        elif f.default is dataclasses.MISSING:
-            raise DecodeError("missing", f"payload.{f.name}")
+    for name, hint, required in plan:
+        if name in payload:
+            kwargs[name] = _check(payload[name], hint, name)
+        elif required:
+            raise DecodeError("missing", f"payload.{name}")
+    if cls.blob is not None:
+        if blob is None:
+            raise DecodeError("binary payload missing (unframed message)", cls.blob)
+        kwargs[cls.blob] = blob
     return cls(**kwargs)
+
+
+def _check(value: Any, hint: Any, name: str) -> Any:
+    # Fast paths for the common scalar cases; everything else goes through check_value.
+    if hint is str and type(value) is str:
+        return value
+    if hint is int and type(value) is int:
+        return value
+    return check_value(value, hint, f"payload.{name}")
+
+
+@functools.cache
+def _plan(cls: type[Event]) -> tuple[tuple[str, Any, bool], ...]:
+    hints = registry.field_types(cls.type)
+    return tuple(
+        (f.name, hints[f.name], f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        for f in dataclasses.fields(cls)
+        if f.name in payload_names(cls)
+    )

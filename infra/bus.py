@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import urlparse
 
 import nats
 from nats.aio.client import Client
@@ -27,6 +29,16 @@ async def connect(url: str, name: str) -> Client:
     async def on_error(exc: Exception) -> None:
         log.warning("nats: %s", exc)
 
+    # nats-py retries a failed first connect as long as it would reconnect (forever here):
+    # check that the server answers at all, so a wrong URL fails fast with one line.
+    parsed = urlparse(url if "://" in url else f"nats://{url}")
+    try:
+        _reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(parsed.hostname or "127.0.0.1", parsed.port or 4222), 3.0
+        )
+        writer.close()
+    except (OSError, TimeoutError) as exc:
+        raise BusError(f"cannot connect to NATS at {url}: {exc}") from None
     try:
         return await nats.connect(
             url, name=name, connect_timeout=3, max_reconnect_attempts=-1,

@@ -35,6 +35,7 @@ class Settings:
     blocklist: tuple[str, ...] = ()
     cue_deadline_ms: int = 20000
     llm_backend: str = "scripted"
+    llm_max_sentences: int = 3
     tts_backend: str = "espeak"
     jpeg_quality: int = 80
     frame_max_age_s: float = 600.0
@@ -68,7 +69,7 @@ _KINDS: dict[str, type] = {
     "nats_url": str, "store_url": str, "state_dir": Path, "out_dir": Path, "metrics_port": int,
     "resolution": str, "fps": int, "seed": int, "max_deliver": int, "ack_wait_s": float,
     "nak_backoff_s": float, "fetch_batch": int, "max_inflight": int, "merge_window_ms": int,
-    "max_danmaku_chars": int, "blocklist": tuple, "cue_deadline_ms": int, "llm_backend": str,
+    "max_danmaku_chars": int, "llm_max_sentences": int, "blocklist": tuple, "cue_deadline_ms": int, "llm_backend": str,
     "tts_backend": str, "jpeg_quality": int, "frame_max_age_s": float, "slow_render_ms": float,
     "store_frames": str, "video_crf": int, "video_preset": str,
 }
@@ -97,6 +98,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("TROUPE_FPS must be in 1..60")
     if settings.max_deliver < 1:
         raise SettingsError("TROUPE_MAX_DELIVER must be at least 1")
+    if settings.llm_max_sentences < 1:
+        raise SettingsError("TROUPE_LLM_MAX_SENTENCES must be at least 1")
     if settings.store_frames not in ("full", "digest"):
         raise SettingsError("TROUPE_STORE_FRAMES must be 'full' or 'digest'")
     if settings.llm_backend not in ("scripted",):

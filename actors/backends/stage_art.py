@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 
 import numpy as np
@@ -71,8 +73,23 @@ def mix(a: Color, b: Color, t: float) -> Color:
     return tuple(round(x + (y - x) * t) for x, y in zip(a, b, strict=True))  # type: ignore[return-value]
 
 
+def packaged_cjk_font() -> str | None:
+    """Noto Sans CJK SC from the ``mplfonts`` wheel (found without importing matplotlib)."""
+    spec = importlib.util.find_spec("mplfonts")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        candidate = Path(folder) / "fonts" / "NotoSansCJKsc-Regular.otf"
+        if candidate.exists():
+            return str(candidate)
+    return None
+
+
 def find_font_file() -> str | None:
-    """A font file with CJK glyphs if fontconfig knows one, else a sans-serif one, else None."""
+    """The packaged CJK font (same pixels on every machine), else a CJK or sans font from fontconfig."""
+    packaged = packaged_cjk_font()
+    if packaged is not None:
+        return packaged
     for cmd in (["fc-list", "-f", "%{file}\n", ":lang=zh"], ["fc-match", "-f", "%{file}\n", "sans-serif"]):
         try:
             out = subprocess.run(cmd, capture_output=True, text=True, timeout=10, check=False).stdout

@@ -1,0 +1,128 @@
+"""Interaction latency: danmaku publish -> first frame showing the reply's first non-silent viseme.
+
+``python -m bench.latency [--json] [--count N] [--interval S] [--resolution R]``
+
+The whole show runs in this one process (every actor, an embedded nats-server,
+the SQLite store, the MP4 sink) with the scripted LLM and espeak.  Danmaku are
+published at a steady rate, spread over the roles, each one after the previous
+reply has finished (replies are one sentence), so the stage is idle when it
+arrives.  Latencies come from the event store: the wall-clock emission time
+(``at_ms``) of each event along the danmaku's correlation chain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import orjson
+from sqlalchemy import select
+
+from actors.show import load_show, show_from_dict
+from bench.common import machine, median, pct, print_table, write_result
+from events import codec
+from infra.settings import load_settings
+from infra.supervisor import Stage, run_show
+from store.schema import events
+
+HOPS = ("cue.issued", "utterance.chunk", "audio.chunk", "viseme.track")
+QUESTIONS = (
+    "@host what game is next", "@rex how fast is your gpu", "@xiaolu 今天吃什么",
+    "@host play a song", "@rex explain neural networks", "@xiaolu 推荐旅行的地方",
+)
+
+
+def chains(engine: Any, run: str) -> list[dict[str, float]]:
+    """Per danmaku: ms from its publish to the first event of each hop and to the first viseme frame."""
+    first: dict[str, dict[str, int]] = {}
+    received: dict[str, int] = {}
+    idle: dict[str, bool] = {}
+    query = select(events.c.type, events.c.id, events.c.correlation, events.c.at_ms, events.c.body).where(
+        events.c.run == run
+    )
+    with engine.connect() as conn:
+        for type_, id_, corr, at_ms, body in conn.execute(query):
+            if type_ == "danmaku.received":
+                received[id_] = at_ms
+            elif type_ in HOPS and corr:
+                hops = first.setdefault(corr, {})
+                hops[type_] = min(at_ms, hops.get(type_, at_ms))
+                if type_ == "viseme.track":
+                    doc = orjson.loads(body)
+                    if doc["payload"]["seq"] == 0:
+                        idle[corr] = doc["payload"]["start_ms"] - doc["t_ms"] <= 1
+            elif type_ == "frame.rendered":
+                doc = orjson.loads(codec.split(body)[0])
+                for mark in doc["payload"]["speaking"]:
+                    if mark["viseme"] != "sil" and mark["correlation"]:
+                        hops = first.setdefault(mark["correlation"], {})
+                        hops["frame"] = min(at_ms, hops.get("frame", at_ms))
+    out = []
+    for corr, t0 in received.items():
+        hops = first.get(corr, {})
+        if "frame" in hops:
+            row = {k: float(v - t0) for k, v in hops.items()}
+            row["idle"] = float(idle.get(corr, False))
+            out.append(row)
+    return out
+
+
+async def bench(count: int, interval_s: float, resolution: str) -> dict[str, Any]:
+    doc = load_show().to_dict()
+    doc["script"] = [
+        {"at": 1.0 + i * interval_s, "user": f"viewer{i}", "text": f"{QUESTIONS[i % len(QUESTIONS)]} #{i}"}
+        for i in range(count)
+    ]
+    show = show_from_dict(doc)
+    duration = 1.0 + count * interval_s + 2.0
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = load_settings(
+            state_dir=Path(tmp) / "state", out_dir=Path(tmp) / "out", metrics_port=-1,
+            resolution=resolution, llm_max_sentences=1, merge_window_ms=0,
+        )
+        async with Stage(settings) as stage:
+            result = await run_show(stage, show, duration)
+        rows = chains(Stage(settings).engine, result.run)
+    frame = [r["frame"] for r in rows]
+    idle_rows = [r for r in rows if r["idle"]]
+    hops = {h: median([r[h] for r in rows if h in r]) for h in HOPS}
+    return {
+        "machine": machine(), "count": count, "interval_s": interval_s, "resolution": resolution,
+        "answered": len(rows), "idle": len(idle_rows),
+        "p50_ms": pct(frame, 50), "p99_ms": pct(frame, 99), "max_ms": max(frame) if frame else None,
+        "idle_p50_ms": pct([r["frame"] for r in idle_rows], 50),
+        "idle_p99_ms": pct([r["frame"] for r in idle_rows], 99),
+        "first_audio_p50_ms": pct([r["audio.chunk"] for r in rows], 50),
+        "first_audio_p99_ms": pct([r["audio.chunk"] for r in rows], 99),
+        "hop_median_ms": hops,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--count", type=int, default=200)
+    parser.add_argument("--interval", type=float, default=1.5)
+    parser.add_argument("--resolution", default="720p")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    doc = asyncio.run(bench(args.count, args.interval, args.resolution))
+    m = doc["machine"]
+    print(f"machine: {m['cpu']}, {m['cores']} cores, {m['platform']}, Python {m['python']}")
+    print(f"{doc['answered']}/{args.count} danmaku answered on stage, {doc['idle']} found the stage idle; {args.resolution}, all actors in one process")
+    print_table(
+        "median ms from danmaku publish to the first event of each hop",
+        ["cue", "utterance", "audio", "visemes", "frame p50", "frame p99"],
+        [[*(doc["hop_median_ms"][h] for h in HOPS), doc["p50_ms"], doc["p99_ms"]]],
+    )
+    print(f"danmaku -> first viseme frame: p50 {doc['p50_ms']:.0f} ms, p99 {doc['p99_ms']:.0f} ms (target p99 <= 87 ms)")
+    write_result("latency", doc)
+    if args.json:
+        print(json.dumps({k: doc[k] for k in ("p50_ms", "p99_ms", "count", "answered", "idle", "first_audio_p50_ms", "first_audio_p99_ms")}))
+
+
+if __name__ == "__main__":
+    main()

@@ -37,6 +37,8 @@ class Actor:
     inputs: ClassVar[tuple[Input, ...]] = ()
     # Run handlers in a worker thread (CPU-heavy work that releases the GIL).
     blocking: ClassVar[bool] = False
+    # Run ticks in a worker thread (handlers may still run on the event loop).
+    blocking_tick: ClassVar[bool] = False
     # Deliver events of runs without a run.started event (ctx.run is None) instead of failing.
     accepts_unknown_runs: ClassVar[bool] = False
 

@@ -19,6 +19,9 @@ from events.base import Event
 from events.viseme import VisemeMark, VisemeTrack
 
 
+ANTICIPATION_MS = 20
+
+
 def visemes_of(chunk: AudioChunk, start_ms: int) -> tuple[VisemeMark, ...]:
     """The chunk's phonemes as visemes on the show timeline, gaps filled with sil."""
     marks: list[VisemeMark] = []
@@ -39,6 +42,11 @@ def visemes_of(chunk: AudioChunk, start_ms: int) -> tuple[VisemeMark, ...]:
         cursor = hi
     if cursor < end:
         marks.append(VisemeMark("sil", cursor, end))
+    if len(marks) > 1 and marks[0].viseme == "sil" and marks[0].end_ms - marks[0].start_ms < ANTICIPATION_MS:
+        # Lips move a moment before the sound they make: a sliver of silence at the start
+        # of speech is given to the first sound instead of keeping the mouth shut for a frame.
+        marks[1] = VisemeMark(marks[1].viseme, marks[0].start_ms, marks[1].end_ms)
+        del marks[0]
     return tuple(marks)
 
 

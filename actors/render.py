@@ -31,6 +31,7 @@ class _Show:
     tracks: list[VisemeTrack] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     skipped: int = 0
+    resolution: str | None = None  # a decided change, applied before the next frame
 
 
 class RenderActor(Actor):
@@ -38,7 +39,7 @@ class RenderActor(Actor):
 
     name = "render"
     inputs = (Input("run"), Input("viseme"), Input("qos", ("troupe.*.qos.resolution_changed",)))
-    blocking = True
+    blocking_tick = True  # drawing and JPEG run in a thread; taking in visemes stays on the loop
 
     def __init__(self, settings: Settings, device: str = "cpu") -> None:
         self.settings = settings
@@ -72,10 +73,11 @@ class RenderActor(Actor):
             show.starts.insert(i, event.start_ms)
             show.tracks.insert(i, event)
         elif isinstance(event, ResolutionChanged):
-            show.renderer.set_resolution(event.after)
+            show.resolution = event.after
         return ()
 
     def _start(self, run: RunStarted) -> None:
+        # Builds the sprite caches (a few hundred ms): once per run, on the event loop.
         if run.run in self._shows:
             return
         spec = show_from_dict(run.show)
@@ -98,6 +100,9 @@ class RenderActor(Actor):
 
     def _frame(self, show: _Show, n: int, now_ms: int) -> FrameRendered:
         t = int(n * show.frame_ms)
+        if show.resolution is not None:  # a clean boundary: between two frames
+            show.renderer.set_resolution(show.resolution)
+            show.resolution = None
         self._forget_before(show, t - SUBTITLE_HOLD_MS)
         current, subtitle = self._current(show, t)
         states, marks = [], []

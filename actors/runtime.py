@@ -333,10 +333,10 @@ class ActorRuntime:
 
     async def _publish(self, d: Delivery | None, outputs: Sequence[Event]) -> list[asyncio.Future[Any]]:
         futures = []
-        now_ms = int(self.clock() * 1000)
         for event in outputs:
             future = await self.js.publish_async(
-                subject_for(event), codec.encode(event, at_ms=now_ms), headers={"Nats-Msg-Id": event.id}
+                subject_for(event), codec.encode(event, at_ms=int(self.clock() * 1000)),
+                headers={"Nats-Msg-Id": event.id},
             )
             futures.append(future)
             counter = self._published.get(event.type)
@@ -396,7 +396,7 @@ class ActorRuntime:
             async with self._lock:
                 ctx = Context(run, int(self.clock() * 1000) - run.started_at_ms)
                 try:
-                    if self.actor.blocking:
+                    if self.actor.blocking or self.actor.blocking_tick:
                         outputs = await asyncio.to_thread(self.actor.tick, ctx)
                     else:
                         outputs = self.actor.tick(ctx)

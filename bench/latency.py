@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,13 @@ QUESTIONS = (
     "@host what game is next", "@rex how fast is your gpu", "@xiaolu 今天吃什么",
     "@host play a song", "@rex explain neural networks", "@xiaolu 推荐旅行的地方",
 )
+
+
+def frame_lateness(engine: Any, run: str, started_at_ms: int) -> list[float]:
+    """Per frame: ms between its show time and its publication."""
+    query = select(events.c.t_ms, events.c.at_ms).where(events.c.run == run, events.c.type == "frame.rendered")
+    with engine.connect() as conn:
+        return [float(at - started_at_ms - t) for t, at in conn.execute(query)]
 
 
 def chains(engine: Any, run: str) -> list[dict[str, float]]:
@@ -73,8 +81,12 @@ def chains(engine: Any, run: str) -> list[dict[str, float]]:
 
 async def bench(count: int, interval_s: float, resolution: str) -> dict[str, Any]:
     doc = load_show().to_dict()
+    rng = random.Random(42)  # comments do not arrive in step with the frame clock: jitter them
     doc["script"] = [
-        {"at": 1.0 + i * interval_s, "user": f"viewer{i}", "text": f"{QUESTIONS[i % len(QUESTIONS)]} #{i}"}
+        {
+            "at": round(1.0 + i * interval_s + rng.uniform(0, 0.2), 3), "user": f"viewer{i}",
+            "text": f"{QUESTIONS[i % len(QUESTIONS)]} #{i}",
+        }
         for i in range(count)
     ]
     show = show_from_dict(doc)
@@ -86,7 +98,9 @@ async def bench(count: int, interval_s: float, resolution: str) -> dict[str, Any
         )
         async with Stage(settings) as stage:
             result = await run_show(stage, show, duration)
-        rows = chains(Stage(settings).engine, result.run)
+        engine = Stage(settings).engine
+        rows = chains(engine, result.run)
+        lateness = frame_lateness(engine, result.run, result.started_at_ms)
     frame = [r["frame"] for r in rows]
     idle_rows = [r for r in rows if r["idle"]]
     hops = {h: median([r[h] for r in rows if h in r]) for h in HOPS}
@@ -99,16 +113,21 @@ async def bench(count: int, interval_s: float, resolution: str) -> dict[str, Any
         "first_audio_p50_ms": pct([r["audio.chunk"] for r in rows], 50),
         "first_audio_p99_ms": pct([r["audio.chunk"] for r in rows], 99),
         "hop_median_ms": hops,
+        "frame_publish_lateness_ms": {"p50": pct(lateness, 50), "p99": pct(lateness, 99)},
     }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--count", type=int, default=200)
-    parser.add_argument("--interval", type=float, default=1.5)
+    parser.add_argument("--interval", type=float, default=4.0)
     parser.add_argument("--resolution", default="720p")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--switch-ms", type=float, default=None)
     args = parser.parse_args()
+    if args.switch_ms:
+        import sys
+        sys.setswitchinterval(args.switch_ms / 1000)
     doc = asyncio.run(bench(args.count, args.interval, args.resolution))
     m = doc["machine"]
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['platform']}, Python {m['python']}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import secrets
 import time
@@ -180,6 +181,10 @@ async def run_show(
     settings = stage.settings
     run_id = run_id or new_run_id()
     await stage.start_actors(names)
+    # Everything built so far (models, sprites, voices) lives for the whole show: keep it
+    # out of the garbage collector's scans, whose pauses would land on the reply latency.
+    gc.collect()
+    gc.freeze()
     started = RunStarted(
         id=f"{run_id}-start", run=run_id, show=show.to_dict(), seed=settings.seed, fps=settings.fps,
         resolution=settings.resolution, started_at_ms=int(time.time() * 1000) + 200,

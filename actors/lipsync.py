@@ -18,7 +18,6 @@ from events.audio import AudioChunk
 from events.base import Event
 from events.viseme import VisemeMark, VisemeTrack
 
-
 ANTICIPATION_MS = 20
 
 

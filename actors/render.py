@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -17,6 +18,7 @@ from events.run import RunEnded, RunStarted
 from events.viseme import VisemeTrack
 from infra.settings import Settings
 
+log = logging.getLogger(__name__)
 SUBTITLE_HOLD_MS = 1200
 
 
@@ -57,11 +59,16 @@ class RenderActor(Actor):
         show = self._shows.get(run)
         if show is None or self._finished(show):
             return None
-        return int(show.next_frame * show.frame_ms)
+        # Draw a frame a moment after its show time, so visemes placed at that very
+        # moment (one NATS hop away) make it into the frame instead of the next one.
+        return int(show.next_frame * show.frame_ms) + self.settings.render_delay_ms
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
         if isinstance(event, RunStarted):
-            self._start(event)
+            if ctx.now_ms <= self.settings.join_window_s * 1000:
+                self._start(event)
+            else:  # a run long under way (or long over) when this renderer met it
+                log.warning("not rendering run %s: it started %d s ago", event.run, ctx.now_ms // 1000)
             return ()
         show = self._shows.get(event.run)
         if show is None:
@@ -88,7 +95,7 @@ class RenderActor(Actor):
     def tick(self, ctx: Context) -> Sequence[Event]:
         assert ctx.run is not None
         show = self._shows[ctx.run.run]
-        due = int(ctx.now_ms // show.frame_ms)
+        due = int((ctx.now_ms - self.settings.render_delay_ms) // show.frame_ms)
         if show.end_ms is not None:
             due = min(due, int(show.end_ms // show.frame_ms) - 1)
         if due - show.next_frame >= 2:  # more than a frame behind: drop to the present
@@ -120,7 +127,7 @@ class RenderActor(Actor):
         return FrameRendered(
             id=derive_id(show.run.id, f"frame{n}"), run=show.run.run, t_ms=t, n=n,
             width=width, height=height, resolution=_resolution_name(height),
-            speaking=tuple(marks), late_ms=float(max(0, now_ms - t)), jpeg=jpeg,
+            speaking=tuple(marks), late_ms=float(max(0, now_ms - t - self.settings.render_delay_ms)), jpeg=jpeg,
         )
 
     @staticmethod

@@ -10,10 +10,12 @@ input publishes duplicates that JetStream drops.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +36,7 @@ from infra.settings import Settings
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
+RESTARTS = 5
 
 
 @dataclass(slots=True)
@@ -139,6 +142,9 @@ class ActorRuntime:
         self._inflight = 0
         self._subs: list[Any] = []
         self._tick_wakeup = asyncio.Event()
+        # One worker thread: an actor's blocking code never runs beside itself.
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=f"troupe-{actor.name}")
+        self._threads: set[concurrent.futures.Future[Any]] = set()
         name = actor.name
         self._processed = metrics.processed.labels(name)
         self._redelivered = metrics.redelivered.labels(name)
@@ -164,14 +170,40 @@ class ActorRuntime:
         for spec in specs:
             sub = await self.js.pull_subscribe_bind(spec.durable, spec.stream)
             self._subs.append(sub)
-            self._spawn(self._fetch_loop(sub, spec), f"{self.actor.name}:fetch:{spec.family}")
+            self._spawn(functools.partial(self._fetch_loop, sub, spec), f"{self.actor.name}:fetch:{spec.family}")
         if type(self.actor).tick is not Actor.tick:
-            self._spawn(self._tick_loop(), f"{self.actor.name}:tick")
-        self._spawn(self._depth_loop(specs), f"{self.actor.name}:depth")
+            self._spawn(self._tick_loop, f"{self.actor.name}:tick")
+        self._spawn(functools.partial(self._depth_loop, specs), f"{self.actor.name}:depth")
         return self
 
-    def _spawn(self, coro: Any, name: str) -> None:
-        self._tasks.append(asyncio.create_task(coro, name=name))
+    async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run blocking actor code in a worker thread, remembering it until it finishes."""
+        future = self._executor.submit(fn, *args)
+        self._threads.add(future)
+        future.add_done_callback(self._threads.discard)
+        return await asyncio.wrap_future(future)
+
+    def _spawn(self, loop: Callable[[], Awaitable[None]], name: str) -> None:
+        self._tasks.append(asyncio.create_task(self._supervise(loop, name), name=name))
+
+    async def _supervise(self, loop: Callable[[], Awaitable[None]], name: str) -> None:
+        """Run a loop; restart it if it crashes, at most ``RESTARTS`` times a minute."""
+        crashes: list[float] = []
+        while not self._stopping.is_set():
+            try:
+                await loop()
+                return  # a loop returns only when the actor stops
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - a crash, told apart from a shutdown and restarted
+                now = time.monotonic()
+                crashes = [t for t in crashes if now - t < 60.0] + [now]
+                self.metrics.failed.labels(self.actor.name, "crash").inc()
+                if len(crashes) > RESTARTS:
+                    log.exception("%s crashed %d times within a minute; giving up", name, len(crashes))
+                    raise
+                log.exception("%s crashed; restarting", name)
+                await asyncio.sleep(0.1 * len(crashes))
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Finish in-flight work (or nak it), then stop every loop."""
@@ -191,7 +223,13 @@ class ActorRuntime:
                 await sub.unsubscribe()
         self._tasks.clear()
         self._subs.clear()
-        await asyncio.to_thread(self.actor.close)
+        # A cancelled task does not stop a handler already running in a thread: wait for it,
+        # so that close() never runs beside a handler (media writers are not thread-safe).
+        running = list(self._threads)
+        if running:
+            await asyncio.to_thread(concurrent.futures.wait, running, timeout_s * 4)
+        await self._in_thread(self.actor.close)
+        self._executor.shutdown(wait=False)
 
     async def __aenter__(self) -> ActorRuntime:
         return await self.start()
@@ -309,7 +347,7 @@ class ActorRuntime:
         started = time.perf_counter()
         try:
             if self.actor.blocking:
-                outputs = await asyncio.to_thread(self.actor.handle, event, ctx)
+                outputs = await self._in_thread(self.actor.handle, event, ctx)
             else:
                 outputs = self.actor.handle(event, ctx)
         except HandlerError as exc:
@@ -325,7 +363,7 @@ class ActorRuntime:
     async def _consume_batch(self, batch: list[Delivery]) -> None:
         items = [(d.event, d.msg) for d in batch]
         try:
-            await asyncio.to_thread(self.actor.consume_batch, items)  # type: ignore[attr-defined]
+            await self._in_thread(self.actor.consume_batch, items)  # type: ignore[attr-defined]
         except Exception as exc:  # noqa: BLE001 - the whole batch is retried
             log.exception("%s batch failed", self.actor.name)
             for d in batch:
@@ -397,7 +435,7 @@ class ActorRuntime:
                 ctx = Context(run, int(self.clock() * 1000) - run.started_at_ms)
                 try:
                     if self.actor.blocking or self.actor.blocking_tick:
-                        outputs = await asyncio.to_thread(self.actor.tick, ctx)
+                        outputs = await self._in_thread(self.actor.tick, ctx)
                     else:
                         outputs = self.actor.tick(ctx)
                 except Exception:  # noqa: BLE001 - a failed tick is logged; the clock goes on

@@ -15,7 +15,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import random
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from actors.show import load_show, show_from_dict
 from bench.common import machine, median, pct, print_table, write_result
 from events import codec
 from infra.settings import load_settings
-from infra.supervisor import Stage, run_show
+from infra.supervisor import ACTOR_NAMES, Stage, run_show
 from store.schema import events
 
 HOPS = ("cue.issued", "utterance.chunk", "audio.chunk", "viseme.track")
@@ -79,7 +81,26 @@ def chains(engine: Any, run: str) -> list[dict[str, float]]:
     return out
 
 
-async def bench(count: int, interval_s: float, resolution: str) -> dict[str, Any]:
+async def _spawn_actor(name: str, stage: Stage, settings: Any) -> asyncio.subprocess.Process:
+    """Run one actor kind in its own process (``troupe actor NAME``) against this stage's NATS."""
+    assert stage.embedded is not None
+    env = {
+        **os.environ, "TROUPE_NATS_URL": stage.embedded.url, "TROUPE_STATE_DIR": str(settings.state_dir),
+        "TROUPE_OUT_DIR": str(settings.out_dir), "TROUPE_METRICS_PORT": "-1",
+        "TROUPE_RESOLUTION": settings.resolution,
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "infra.cli", "actor", name, env=env,
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    line = await asyncio.wait_for(proc.stderr.readline(), 60)
+    if b"running" not in line:
+        raise RuntimeError(f"actor {name} did not start: {line!r}")
+    return proc
+
+
+async def bench(count: int, interval_s: float, resolution: str, split: tuple[str, ...] = ()) -> dict[str, Any]:
     doc = load_show().to_dict()
     rng = random.Random(42)  # comments do not arrive in step with the frame clock: jitter them
     doc["script"] = [
@@ -97,7 +118,14 @@ async def bench(count: int, interval_s: float, resolution: str) -> dict[str, Any
             resolution=resolution, llm_max_sentences=1, merge_window_ms=0,
         )
         async with Stage(settings) as stage:
-            result = await run_show(stage, show, duration)
+            workers = [await _spawn_actor(name, stage, settings) for name in split]
+            try:
+                local = [n for n in ACTOR_NAMES if n not in split]
+                result = await run_show(stage, show, duration, local)
+            finally:
+                for worker in workers:
+                    worker.terminate()
+                    await worker.wait()
         engine = Stage(settings).engine
         rows = chains(engine, result.run)
         lateness = frame_lateness(engine, result.run, result.started_at_ms)
@@ -106,6 +134,7 @@ async def bench(count: int, interval_s: float, resolution: str) -> dict[str, Any
     hops = {h: median([r[h] for r in rows if h in r]) for h in HOPS}
     return {
         "machine": machine(), "count": count, "interval_s": interval_s, "resolution": resolution,
+        "processes": ["+".join(n for n in ACTOR_NAMES if n not in split), *split],
         "answered": len(rows), "idle": len(idle_rows),
         "p50_ms": pct(frame, 50), "p99_ms": pct(frame, 99), "max_ms": max(frame) if frame else None,
         "idle_p50_ms": pct([r["frame"] for r in idle_rows], 50),
@@ -123,24 +152,28 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=4.0)
     parser.add_argument("--resolution", default="720p")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--switch-ms", type=float, default=None)
+    parser.add_argument(
+        "--split", default="",
+        help="comma-separated actors to run in processes of their own (e.g. sink,recorder)",
+    )
     args = parser.parse_args()
-    if args.switch_ms:
-        import sys
-        sys.setswitchinterval(args.switch_ms / 1000)
-    doc = asyncio.run(bench(args.count, args.interval, args.resolution))
+    split = tuple(n for n in args.split.split(",") if n)
+    doc = asyncio.run(bench(args.count, args.interval, args.resolution, split))
     m = doc["machine"]
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['platform']}, Python {m['python']}")
-    print(f"{doc['answered']}/{args.count} danmaku answered on stage, {doc['idle']} found the stage idle; {args.resolution}, all actors in one process")
+    print(f"{doc['answered']}/{args.count} danmaku answered on stage, {doc['idle']} found the stage idle; {args.resolution}; processes: {', '.join(doc['processes'])}")
     print_table(
         "median ms from danmaku publish to the first event of each hop",
         ["cue", "utterance", "audio", "visemes", "frame p50", "frame p99"],
         [[*(doc["hop_median_ms"][h] for h in HOPS), doc["p50_ms"], doc["p99_ms"]]],
     )
     print(f"danmaku -> first viseme frame: p50 {doc['p50_ms']:.0f} ms, p99 {doc['p99_ms']:.0f} ms (target p99 <= 87 ms)")
-    write_result("latency", doc)
+    write_result("latency" + ("-split" if split else ""), doc)
     if args.json:
-        print(json.dumps({k: doc[k] for k in ("p50_ms", "p99_ms", "count", "answered", "idle", "first_audio_p50_ms", "first_audio_p99_ms")}))
+        print(json.dumps({k: doc[k] for k in (
+            "p50_ms", "p99_ms", "idle_p50_ms", "idle_p99_ms", "count", "answered", "idle",
+            "first_audio_p50_ms", "first_audio_p99_ms", "processes",
+        )}))
 
 
 if __name__ == "__main__":

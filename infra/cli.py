@@ -92,6 +92,12 @@ async def _up(args: argparse.Namespace, settings: Settings) -> int:
         f"->first viseme frame p50 {lat['danmaku_to_first_viseme_frame']['p50']} ms "
         f"p99 {lat['danmaku_to_first_viseme_frame']['p99']} ms"
     )
+    frames = summary["frames"]
+    if frames:
+        print(
+            f"frames: {frames['rendered']} of {frames['expected']} drawn, published "
+            f"p50 {frames['publish_lag_ms']['p50']} ms / p99 {frames['publish_lag_ms']['p99']} ms after their show time"
+        )
     print(f"rejected {summary['rejected']}, merged {summary['merged']}, dropped {summary['dropped']}")
     if args.json:
         print(orjson.dumps(summary).decode())

@@ -40,6 +40,8 @@ class Settings:
     jpeg_quality: int = 80
     frame_max_age_s: float = 600.0
     slow_render_ms: float = 0.0
+    render_delay_ms: int = 5
+    join_window_s: float = 30.0
     store_frames: str = "full"           # "full" or "digest"
     video_crf: int = 23
     video_preset: str = "veryfast"
@@ -70,7 +72,7 @@ _KINDS: dict[str, type] = {
     "resolution": str, "fps": int, "seed": int, "max_deliver": int, "ack_wait_s": float,
     "nak_backoff_s": float, "fetch_batch": int, "max_inflight": int, "merge_window_ms": int,
     "max_danmaku_chars": int, "llm_max_sentences": int, "blocklist": tuple, "cue_deadline_ms": int, "llm_backend": str,
-    "tts_backend": str, "jpeg_quality": int, "frame_max_age_s": float, "slow_render_ms": float,
+    "tts_backend": str, "jpeg_quality": int, "frame_max_age_s": float, "slow_render_ms": float, "render_delay_ms": int, "join_window_s": float,
     "store_frames": str, "video_crf": int, "video_preset": str,
 }
 RESOLUTIONS = ("1080p", "720p", "480p", "360p")

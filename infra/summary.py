@@ -61,6 +61,30 @@ def reply_latencies(engine: Engine, run: str) -> dict[str, list[float]]:
     }
 
 
+def frame_timing(engine: Engine, run: str) -> dict[str, Any]:
+    """Did the stage keep the show clock: frames drawn vs due, and how late they were published."""
+    bounds = select(events.c.type, events.c.body).where(
+        events.c.run == run, events.c.type.in_(["run.started", "run.ended"])
+    )
+    started_at = duration = fps = None
+    with engine.connect() as conn:
+        for type_, body in conn.execute(bounds):
+            payload = orjson.loads(body)["payload"]
+            if type_ == "run.started":
+                started_at, fps = payload["started_at_ms"], payload["fps"]
+            else:
+                duration = payload["duration_ms"]
+        if started_at is None:
+            return {}
+        frames = select(events.c.t_ms, events.c.at_ms).where(events.c.run == run, events.c.type == "frame.rendered")
+        lags = [float(at - started_at - t) for t, at in conn.execute(frames)]
+    expected = duration * fps // 1000 if duration is not None and fps else None
+    return {
+        "expected": expected, "rendered": len(lags),
+        "publish_lag_ms": {"p50": percentile(lags, 50), "p99": percentile(lags, 99)},
+    }
+
+
 def summarise(engine: Engine, run: str, mp4: str | None) -> dict[str, Any]:
     """The summary object ``troupe up --json`` prints."""
     counts = event_counts(engine, run)
@@ -73,6 +97,7 @@ def summarise(engine: Engine, run: str, mp4: str | None) -> dict[str, Any]:
             "danmaku_to_first_audio": _quantiles(lat["audio"]),
             "danmaku_to_first_viseme_frame": _quantiles(lat["frame"]),
         },
+        "frames": frame_timing(engine, run),
         "dropped": counts.get("utterance.dropped", 0),
         "rejected": counts.get("danmaku.rejected", 0),
         "merged": counts.get("cue.merged", 0),

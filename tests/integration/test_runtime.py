@@ -157,3 +157,33 @@ async def test_two_processes_of_one_kind_share_the_work(js: JetStreamContext, se
     assert first.calls + second.calls == 400  # type: ignore[attr-defined]
     cues = await collect(js, "cue", run)
     assert len({c.id for c in cues}) == 400
+
+
+async def test_a_crashed_loop_is_restarted_then_given_up(js: JetStreamContext, settings: Settings) -> None:
+    class Flaky(Actor):
+        name = "flaky"
+        inputs = (Input("danmaku", ("troupe.flaky.danmaku.received",)),)
+
+        def __init__(self, crashes: int) -> None:
+            self.crashes = crashes
+            self.calls = 0
+
+        def active_runs(self) -> Sequence[Any]:
+            self.calls += 1
+            if self.calls <= self.crashes:
+                raise RuntimeError("bug in the actor")
+            return ()
+
+        def tick(self, ctx: Context) -> Sequence[Event]:
+            return ()
+
+    metrics = Metrics()
+    recovering = Flaky(crashes=2)
+    async with ActorRuntime(recovering, js, settings, metrics) as rt:
+        await wait_for(lambda: recovering.calls > 2, what="the restarted tick loop")
+        assert rt.healthy
+    assert metrics.registry.get_sample_value("troupe_failed_total", {"actor": "flaky", "reason": "crash"}) == 2
+    hopeless = Flaky(crashes=10**6)
+    rt = await ActorRuntime(hopeless, js, settings, Metrics()).start()
+    await wait_for(lambda: not rt.healthy, timeout_s=20, what="the runtime to give up")
+    await rt.stop()

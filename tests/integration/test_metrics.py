@@ -1,0 +1,42 @@
+"""Every process serves Prometheus metrics about its actors."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+
+from actors.show import load_show
+from events import codec
+from events.danmaku import DanmakuReceived
+from events.run import RunStarted
+from infra.settings import Settings
+from infra.supervisor import Stage
+from tests.conftest import wait_for
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return response.read().decode()
+
+
+async def test_metrics_endpoint_counts_handled_inputs(settings: Settings) -> None:
+    async with Stage(settings.replace(metrics_port=0)) as stage:
+        assert stage.metrics.port
+        await stage.start_actors(["director"])
+        run = "metricsrun"
+        await stage.publish([RunStarted(id=f"{run}-start", run=run, show=load_show().to_dict(), seed=1, started_at_ms=1)])
+        for i, text in enumerate(["@rex how do GPUs work", "@host best song ever?", "小鹿吃什么"]):
+            event = DanmakuReceived(id=f"{run}-{i}", run=run, text=text, at_ms=1)
+            await stage.js.publish(f"troupe.{run}.danmaku.received", codec.encode(event))
+        await stage.js.publish(f"troupe.{run}.danmaku.received", b"not json")
+
+        def processed() -> bool:
+            return stage.metrics.registry.get_sample_value("troupe_processed_total", {"actor": "director"}) == 3.0
+
+        await wait_for(processed, what="three danmaku handled")
+        text = await asyncio.to_thread(scrape, stage.metrics.port)
+    assert 'troupe_processed_total{actor="director"} 3.0' in text
+    assert 'troupe_dead_lettered_total{actor="director"} 1.0' in text
+    assert 'troupe_published_total{actor="director",type="cue.issued"} 3.0' in text
+    assert "troupe_handler_seconds_bucket" in text
+    assert 'troupe_hop_latency_seconds_count{hop="danmaku.received>director"}' in text

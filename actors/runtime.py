@@ -96,6 +96,10 @@ class RunDirectory:
         self._clock = clock
         self._retry_s = retry_s
 
+    def known(self, run: str) -> RunStarted | None:
+        """The run's start event if it is already cached (no I/O)."""
+        return self._runs.get(run)
+
     def remember(self, run: RunStarted) -> None:
         self._runs[run.run] = run
         self._missing.pop(run.run, None)
@@ -276,7 +280,8 @@ class ActorRuntime:
         deliveries = [Delivery(m) for m in msgs]
         async with self._lock:
             for d in deliveries:
-                await self._decode(d, spec)
+                if not self._decode(d, spec):
+                    await self._undecodable(d, spec)
             batch = [d for d in deliveries if d.error is None and d.event is not None]
             if batch and hasattr(self.actor, "consume_batch"):
                 await self._consume_batch(batch)
@@ -284,24 +289,28 @@ class ActorRuntime:
                 for d in batch:
                     await self._handle(d)
             for d in deliveries:
-                await self._publish(d, d.outputs)
+                if d.outputs:
+                    await self._publish(d, d.outputs)
         futures = [f for d in deliveries for f in d.futures]
         if futures:
             await asyncio.wait(futures)
+        acked = 0
         for d in deliveries:
             failure = next((e for e in map(_failure, d.futures) if e is not None), None)
             if failure is not None and d.error is None:
                 d.error = f"publish failed: {failure}"
-            await self._settle(d)
+            acked += await self._settle(d)
+        if acked:
+            self._processed.inc(acked)
 
-    async def _decode(self, d: Delivery, spec: ConsumerSpec) -> None:
+    def _decode(self, d: Delivery, spec: ConsumerSpec) -> bool:
+        """Decode a delivery (the synchronous happy path); False when it cannot be decoded."""
         meta = d.meta = ack_metadata(d.msg)
         if meta.delivered > 1:
             self._redelivered.inc()
         run = run_of(d.msg.subject) or "_"
-        key = f"{spec.family}-{meta.stream_seq}"
         defaults = {
-            "id": (d.msg.headers or {}).get("Nats-Msg-Id") or key,
+            "id": (d.msg.headers or {}).get("Nats-Msg-Id") or f"{spec.family}-{meta.stream_seq}",
             "run": run,
             "at_ms": meta.timestamp_ns // 1_000_000,
         }
@@ -311,15 +320,21 @@ class ActorRuntime:
                 raise DecodeError(f"run {event.run!r} does not match the subject's run {run!r}", "run")
         except DecodeError as exc:
             d.error, d.permanent = f"undecodable: {exc}", True
-            ctx = Context(await self._lookup_run(run), 0)
-            d.outputs.extend(self.actor.undecodable(key, d.msg.data, str(exc), ctx))
-            return
+            return False
         d.event = event
         hop = self._hops.get(event.type)
         if hop is None:
             hop = self._hops[event.type] = self.metrics.hop_latency.labels(f"{event.type}>{self.actor.name}")
         if event.at_ms:
             hop.observe(max(0.0, self.clock() - event.at_ms / 1000))
+        return True
+
+    async def _undecodable(self, d: Delivery, spec: ConsumerSpec) -> None:
+        assert d.meta is not None
+        run = run_of(d.msg.subject) or "_"
+        ctx = Context(await self._lookup_run(run), 0)
+        reason = d.error.removeprefix("undecodable: ") if d.error else "undecodable"
+        d.outputs.extend(self.actor.undecodable(f"{spec.family}-{d.meta.stream_seq}", d.msg.data, reason, ctx))
 
     async def _lookup_run(self, run: str) -> RunStarted | None:
         try:
@@ -337,7 +352,11 @@ class ActorRuntime:
     async def _handle(self, d: Delivery) -> None:
         assert d.event is not None
         event = d.event
-        ctx = await self.context(event.run)
+        known = self.runs.known(event.run)
+        if known is not None:  # the common case, without a lookup
+            ctx = Context(known, int(self.clock() * 1000) - known.started_at_ms)
+        else:
+            ctx = await self.context(event.run)
         if ctx.run is None and not self.actor.accepts_unknown_runs and not isinstance(event, RunStarted):
             d.error, d.permanent = f"unknown run {event.run!r}", True
             return
@@ -385,12 +404,11 @@ class ActorRuntime:
             d.futures = futures
         return futures
 
-    async def _settle(self, d: Delivery) -> None:
-        """Ack a delivery whose outputs are stored; nak it for a retry, or dead-letter it."""
+    async def _settle(self, d: Delivery) -> int:
+        """Ack a delivery whose outputs are stored (returns 1); nak it for a retry, or dead-letter it."""
         if d.error is None:
             await d.msg.ack()
-            self._processed.inc()
-            return
+            return 1
         self.metrics.failed.labels(self.actor.name, "permanent" if d.permanent else "transient").inc()
         deliveries = d.meta.delivered if d.meta else ack_metadata(d.msg).delivered
         if d.permanent or deliveries >= self.settings.max_deliver:
@@ -398,6 +416,7 @@ class ActorRuntime:
         else:
             delay = self.settings.nak_backoff_s * (2 ** (deliveries - 1))
             await d.msg.nak(delay=delay)
+        return 0
 
     async def _dead_letter(self, d: Delivery, deliveries: int) -> None:
         seq = d.meta.stream_seq if d.meta else ack_metadata(d.msg).stream_seq

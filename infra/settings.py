@@ -42,7 +42,7 @@ class Settings:
     slow_render_ms: float = 0.0
     render_delay_ms: int = 5
     join_window_s: float = 30.0
-    store_frames: str = "full"           # "full" or "digest"
+    store_frames: str = "digest"         # "full" JPEGs, or "digest" (hash and size) only
     video_crf: int = 23
     video_preset: str = "veryfast"
     extra: Mapping[str, str] = field(default_factory=dict)

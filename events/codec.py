@@ -38,7 +38,11 @@ def encode(event: Event, at_ms: int | None = None) -> bytes:
     body = orjson.dumps(doc)
     if event.blob is None:
         return body
-    blob = getattr(event, event.blob)
+    return frame(body, getattr(event, event.blob))
+
+
+def frame(body: bytes, blob: bytes) -> bytes:
+    """Join an event's JSON and its raw bytes into one message."""
     return MAGIC + _HEADER.pack(len(body)) + body + blob
 
 

@@ -77,10 +77,10 @@ class EventWriter:
 
 
 def read_events(engine: Engine, run: str, types: Iterable[str] | None = None) -> list[Event]:
-    """The run's recorded events in store order, decoded."""
-    query = select(events.c.body).where(events.c.run == run).order_by(events.c.pos)
+    """The run's recorded events in store order, decoded (frames stored by digest get empty bytes)."""
+    query = select(events.c.body, events.c.blob_digest).where(events.c.run == run).order_by(events.c.pos)
     if types is not None:
         query = query.where(events.c.type.in_(list(types)))
     with engine.connect() as conn:
-        bodies = [row[0] for row in conn.execute(query)]
-    return [codec.decode(b) for b in bodies]
+        rows = list(conn.execute(query))
+    return [codec.decode(codec.frame(body, b"") if digest else body) for body, digest in rows]

@@ -162,12 +162,12 @@ class Director(Actor):
             return event.to, "addressed"
         by_name = {r.id.casefold(): r.id for r in show.roles} | {r.name.casefold(): r.id for r in show.roles}
         for mention in _MENTION.findall(event.text):
-            role = by_name.get(mention.casefold())
-            if role is not None:
-                return role, "mention"
-        for role in show.roles:
-            if role.name.casefold() in event.text.casefold():
-                return role.id, "name"
+            mentioned = by_name.get(mention.casefold())
+            if mentioned is not None:
+                return mentioned, "mention"
+        for spec in show.roles:
+            if spec.name.casefold() in event.text.casefold():
+                return spec.id, "name"
         folded = event.text.casefold()
         words = set(_WORD.findall(folded))
         scores = {r.id: sum(1 for k in r.keywords if _mentions(k.casefold(), folded, words)) for r in show.roles}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from actors.backends.llm_scripted import Persona, Prompt, ScriptedLLM
 from actors.base import Actor, Context, Input
@@ -35,7 +36,9 @@ class LLMActor(Actor):
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
         if not isinstance(event, CueIssued):
             return ()
-        common = {"run": event.run, "role": event.role, "causation": event.id, "correlation": event.correlation}
+        common: dict[str, Any] = {
+            "run": event.run, "role": event.role, "causation": event.id, "correlation": event.correlation,
+        }
         if event.deadline_ms and ctx.now_ms > event.deadline_ms:
             return [UtteranceDropped(
                 id=event.derive("dropped"), t_ms=ctx.now_ms, utterance=event.id,

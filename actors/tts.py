@@ -17,7 +17,7 @@ def slice_speech(speech: Speech, max_ms: int = MAX_CHUNK_MS) -> list[tuple[int, 
     """Cut speech into slices of at most ``max_ms``: (offset ms, pcm, phonemes relative to the slice)."""
     bytes_per_ms = speech.sample_rate * 2 / 1000
     total_ms = speech.duration_ms
-    slices = []
+    slices: list[tuple[int, bytes, tuple[PhonemeMark, ...]]] = []
     offset = 0
     while offset < total_ms or not slices:
         end = min(total_ms, offset + max_ms)

@@ -9,7 +9,6 @@ uses Python import paths on the wire.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import types
 import typing
@@ -68,12 +67,18 @@ class Event:
 E = TypeVar("E", bound=type[Event])
 
 
-@functools.cache
 def payload_names(cls: type[Event]) -> tuple[str, ...]:
     """The payload field names of an event class (envelope and blob excluded), in order."""
-    return tuple(
-        f.name for f in dataclasses.fields(cls) if f.name not in ENVELOPE_FIELDS and f.name != cls.blob
-    )
+    names = _PAYLOAD_NAMES.get(cls)
+    if names is None:
+        names = _PAYLOAD_NAMES[cls] = tuple(
+            f.name for f in dataclasses.fields(cls) if f.name not in ENVELOPE_FIELDS and f.name != cls.blob
+        )
+    return names
+
+
+# Derived from class definitions only (a memo, not state): the codec asks for every event.
+_PAYLOAD_NAMES: dict[type[Event], tuple[str, ...]] = {}
 
 
 class EventRegistry:

@@ -9,7 +9,6 @@ goes through base64.  Any NATS client can publish plain JSON danmaku.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import struct
 from collections.abc import Mapping
 from typing import Any
@@ -124,8 +123,18 @@ def _check(value: Any, hint: Any, name: str) -> Any:
     return check_value(value, hint, f"payload.{name}")
 
 
-@functools.cache
 def _plan(cls: type[Event]) -> tuple[tuple[str, Any, bool], ...]:
+    plan = _PLANS.get(cls)
+    if plan is None:
+        plan = _PLANS[cls] = _make_plan(cls)
+    return plan
+
+
+# Derived from class definitions only (a memo, not state): decoding asks for it per event.
+_PLANS: dict[type[Event], tuple[tuple[str, Any, bool], ...]] = {}
+
+
+def _make_plan(cls: type[Event]) -> tuple[tuple[str, Any, bool], ...]:
     hints = registry.field_types(cls.type)
     return tuple(
         (f.name, hints[f.name], f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)

@@ -7,4 +7,5 @@ PY=${PYTHON:-python3}
 .venv/bin/python -m pip install -q --upgrade pip
 .venv/bin/python -m pip install -q -e '.[dev]'
 .venv/bin/ruff check actors events infra store schedulers tests bench
+.venv/bin/mypy actors events infra store schedulers bench
 .venv/bin/python -m pytest -q "$@"

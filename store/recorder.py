@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from sqlalchemy import Engine, insert, select
@@ -33,6 +34,8 @@ class EventWriter:
         self.engine = engine
         self.frames = frames
         dialect = engine.dialect.name
+        self._insert: Any
+        self._insert_run: Any
         if dialect == "sqlite":
             self._insert = sqlite.insert(events).on_conflict_do_nothing(index_elements=["id"])
             self._insert_run = sqlite.insert(runs).on_conflict_do_nothing(index_elements=["id"])

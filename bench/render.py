@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import queue
 import statistics
 import tempfile
@@ -27,6 +25,7 @@ from actors.backends.render_torch import (
     StageRenderer,
     encode_jpeg,
 )
+from bench.common import machine as common_machine
 
 FPS = 25
 RATE = 22050
@@ -62,18 +61,8 @@ class Row:
 
 
 def machine() -> dict[str, object]:
-    """What the numbers were measured on."""
-    cpu = platform.processor() or "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"platform": platform.platform(), "cpu": cpu, "cores": os.cpu_count(),
-            "python": platform.python_version(), "torch": torch.__version__,
-            "torch_threads": torch.get_num_threads()}
+    """What the numbers were measured on, with torch's version and threads."""
+    return {**common_machine(), "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
 
 
 def show_states(i: int) -> tuple[list[RoleState], str]:

@@ -29,6 +29,10 @@ class Context:
     def run_id(self) -> str:
         return self.run.run if self.run is not None else ""
 
+    def joinable(self, window_s: float) -> bool:
+        """True when the run started at most ``window_s`` ago: live, not found late in a stream."""
+        return self.now_ms <= window_s * 1000
+
 
 class Actor:
     """Base class of actors: override ``handle`` (and ``tick`` for clocked actors)."""

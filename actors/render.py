@@ -65,7 +65,7 @@ class RenderActor(Actor):
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
         if isinstance(event, RunStarted):
-            if ctx.now_ms <= self.settings.join_window_s * 1000:
+            if ctx.joinable(self.settings.join_window_s):
                 self._start(event)
             else:  # a run long under way (or long over) when this renderer met it
                 log.warning("not rendering run %s: it started %d s ago", event.run, ctx.now_ms // 1000)

@@ -78,6 +78,11 @@ def ack_metadata(msg: Msg) -> AckMetadata:
     return AckMetadata(int(tokens[base]), int(tokens[base + 1]), int(tokens[base + 3]))
 
 
+def _message_key(spec: ConsumerSpec, meta: AckMetadata) -> str:
+    """A deterministic name for a message: its family and stream sequence."""
+    return f"{spec.family}-{meta.stream_seq}"
+
+
 def _failure(future: asyncio.Future[Any]) -> BaseException | None:
     if future.cancelled():
         return asyncio.CancelledError("publish cancelled")
@@ -280,8 +285,9 @@ class ActorRuntime:
         deliveries = [Delivery(m) for m in msgs]
         async with self._lock:
             for d in deliveries:
-                if not self._decode(d, spec):
-                    await self._undecodable(d, spec)
+                error = self._decode(d, spec)
+                if error is not None:
+                    await self._undecodable(d, spec, error)
             batch = [d for d in deliveries if d.error is None and d.event is not None]
             if batch and hasattr(self.actor, "consume_batch"):
                 await self._consume_batch(batch)
@@ -303,14 +309,14 @@ class ActorRuntime:
         if acked:
             self._processed.inc(acked)
 
-    def _decode(self, d: Delivery, spec: ConsumerSpec) -> bool:
-        """Decode a delivery (the synchronous happy path); False when it cannot be decoded."""
+    def _decode(self, d: Delivery, spec: ConsumerSpec) -> DecodeError | None:
+        """Decode a delivery (synchronously: the hot path); the error when it cannot be decoded."""
         meta = d.meta = ack_metadata(d.msg)
         if meta.delivered > 1:
             self._redelivered.inc()
         run = run_of(d.msg.subject) or "_"
         defaults = {
-            "id": (d.msg.headers or {}).get("Nats-Msg-Id") or f"{spec.family}-{meta.stream_seq}",
+            "id": (d.msg.headers or {}).get("Nats-Msg-Id") or _message_key(spec, meta),
             "run": run,
             "at_ms": meta.timestamp_ns // 1_000_000,
         }
@@ -320,21 +326,19 @@ class ActorRuntime:
                 raise DecodeError(f"run {event.run!r} does not match the subject's run {run!r}", "run")
         except DecodeError as exc:
             d.error, d.permanent = f"undecodable: {exc}", True
-            return False
+            return exc
         d.event = event
         hop = self._hops.get(event.type)
         if hop is None:
             hop = self._hops[event.type] = self.metrics.hop_latency.labels(f"{event.type}>{self.actor.name}")
         if event.at_ms:
             hop.observe(max(0.0, self.clock() - event.at_ms / 1000))
-        return True
+        return None
 
-    async def _undecodable(self, d: Delivery, spec: ConsumerSpec) -> None:
+    async def _undecodable(self, d: Delivery, spec: ConsumerSpec, error: DecodeError) -> None:
         assert d.meta is not None
-        run = run_of(d.msg.subject) or "_"
-        ctx = Context(await self._lookup_run(run), 0)
-        reason = d.error.removeprefix("undecodable: ") if d.error else "undecodable"
-        d.outputs.extend(self.actor.undecodable(f"{spec.family}-{d.meta.stream_seq}", d.msg.data, reason, ctx))
+        ctx = Context(await self._lookup_run(run_of(d.msg.subject) or "_"), 0)
+        d.outputs.extend(self.actor.undecodable(_message_key(spec, d.meta), d.msg.data, str(error), ctx))
 
     async def _lookup_run(self, run: str) -> RunStarted | None:
         try:
@@ -345,18 +349,16 @@ class ActorRuntime:
 
     async def context(self, run_id: str) -> Context:
         """The handler context for a run at the current show time."""
-        run = await self._lookup_run(run_id)
+        run = self.runs.known(run_id)  # the common case, without a lookup
+        if run is None:
+            run = await self._lookup_run(run_id)
         now = int(self.clock() * 1000) - run.started_at_ms if run is not None else 0
         return Context(run, now)
 
     async def _handle(self, d: Delivery) -> None:
         assert d.event is not None
         event = d.event
-        known = self.runs.known(event.run)
-        if known is not None:  # the common case, without a lookup
-            ctx = Context(known, int(self.clock() * 1000) - known.started_at_ms)
-        else:
-            ctx = await self.context(event.run)
+        ctx = await self.context(event.run)
         if ctx.run is None and not self.actor.accepts_unknown_runs and not isinstance(event, RunStarted):
             d.error, d.permanent = f"unknown run {event.run!r}", True
             return
@@ -410,7 +412,8 @@ class ActorRuntime:
             await d.msg.ack()
             return 1
         self.metrics.failed.labels(self.actor.name, "permanent" if d.permanent else "transient").inc()
-        deliveries = d.meta.delivered if d.meta else ack_metadata(d.msg).delivered
+        assert d.meta is not None  # every delivery is decoded before it is settled
+        deliveries = d.meta.delivered
         if d.permanent or deliveries >= self.settings.max_deliver:
             await self._dead_letter(d, deliveries)
         else:
@@ -419,7 +422,8 @@ class ActorRuntime:
         return 0
 
     async def _dead_letter(self, d: Delivery, deliveries: int) -> None:
-        seq = d.meta.stream_seq if d.meta else ack_metadata(d.msg).stream_seq
+        assert d.meta is not None
+        seq = d.meta.stream_seq
         run = run_of(d.msg.subject)
         letter = DeadLettered(
             id=derive_id(f"{d.msg.subject}#{seq}", f"dead:{self.actor.name}"),

@@ -59,7 +59,7 @@ class SinkActor(Actor):
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
         if isinstance(event, RunStarted):
-            if ctx.now_ms <= self.settings.join_window_s * 1000:
+            if ctx.joinable(self.settings.join_window_s):
                 self._open(event)
             else:  # a run long under way (or long over): its start cannot be recorded any more
                 log.warning("not writing run %s: it started %d s ago", event.run, ctx.now_ms // 1000)

@@ -27,8 +27,8 @@ from sqlalchemy import select
 
 from actors.show import load_show, show_from_dict
 from bench.common import machine, median, pct, print_table, write_result
-from events import codec
 from infra.settings import load_settings
+from infra.summary import first_speaking_frames, frame_lags
 from infra.supervisor import ACTOR_NAMES, Stage, run_show
 from store.schema import events
 
@@ -39,38 +39,27 @@ QUESTIONS = (
 )
 
 
-def frame_lateness(engine: Any, run: str, started_at_ms: int) -> list[float]:
-    """Per frame: ms between its show time and its publication."""
-    query = select(events.c.t_ms, events.c.at_ms).where(events.c.run == run, events.c.type == "frame.rendered")
-    with engine.connect() as conn:
-        return [float(at - started_at_ms - t) for t, at in conn.execute(query)]
-
-
 def chains(engine: Any, run: str) -> list[dict[str, float]]:
     """Per danmaku: ms from its publish to the first event of each hop and to the first viseme frame."""
     first: dict[str, dict[str, int]] = {}
     received: dict[str, int] = {}
     idle: dict[str, bool] = {}
     query = select(events.c.type, events.c.id, events.c.correlation, events.c.at_ms, events.c.body).where(
-        events.c.run == run
+        events.c.run == run, events.c.type.in_(["danmaku.received", *HOPS])
     )
     with engine.connect() as conn:
         for type_, id_, corr, at_ms, body in conn.execute(query):
             if type_ == "danmaku.received":
                 received[id_] = at_ms
-            elif type_ in HOPS and corr:
+            elif corr:
                 hops = first.setdefault(corr, {})
                 hops[type_] = min(at_ms, hops.get(type_, at_ms))
                 if type_ == "viseme.track":
                     doc = orjson.loads(body)
                     if doc["payload"]["seq"] == 0:
                         idle[corr] = doc["payload"]["start_ms"] - doc["t_ms"] <= 1
-            elif type_ == "frame.rendered":
-                doc = orjson.loads(codec.split(body)[0])
-                for mark in doc["payload"]["speaking"]:
-                    if mark["viseme"] != "sil" and mark["correlation"]:
-                        hops = first.setdefault(mark["correlation"], {})
-                        hops["frame"] = min(at_ms, hops.get("frame", at_ms))
+    for corr, at_ms in first_speaking_frames(engine, run).items():
+        first.setdefault(corr, {})["frame"] = at_ms
     out = []
     for corr, t0 in received.items():
         hops = first.get(corr, {})
@@ -128,7 +117,7 @@ async def bench(count: int, interval_s: float, resolution: str, split: tuple[str
                     await worker.wait()
         engine = Stage(settings).engine
         rows = chains(engine, result.run)
-        lateness = frame_lateness(engine, result.run, result.started_at_ms)
+        lateness = frame_lags(engine, result.run, result.started_at_ms)
     frame = [r["frame"] for r in rows]
     idle_rows = [r for r in rows if r["idle"]]
     hops = {h: median([r[h] for r in rows if h in r]) for h in HOPS}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,13 +68,20 @@ def _convert(name: str, raw: str, kind: type) -> object:
         raise SettingsError(f"TROUPE_{name.upper()}={raw!r} is not a valid {kind.__name__}") from None
 
 
+def _kind(annotation: object) -> type:
+    """The type an environment string converts to: ``int | None`` -> int, ``tuple[str, ...]`` -> tuple."""
+    if typing.get_origin(annotation) is tuple:
+        return tuple
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if args:
+        return _kind(args[0])
+    assert isinstance(annotation, type)
+    return annotation
+
+
+# Derived from the Settings fields, so a new setting is one line in one place.
 _KINDS: dict[str, type] = {
-    "nats_url": str, "store_url": str, "state_dir": Path, "out_dir": Path, "metrics_port": int,
-    "resolution": str, "fps": int, "seed": int, "max_deliver": int, "ack_wait_s": float,
-    "nak_backoff_s": float, "fetch_batch": int, "max_inflight": int, "merge_window_ms": int,
-    "max_danmaku_chars": int, "llm_max_sentences": int, "blocklist": tuple, "cue_deadline_ms": int, "llm_backend": str,
-    "tts_backend": str, "jpeg_quality": int, "frame_max_age_s": float, "slow_render_ms": float, "render_delay_ms": int, "join_window_s": float,
-    "store_frames": str, "video_crf": int, "video_preset": str,
+    name: _kind(hint) for name, hint in typing.get_type_hints(Settings).items() if name != "extra"
 }
 RESOLUTIONS = ("1080p", "720p", "480p", "360p")
 

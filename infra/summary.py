@@ -33,28 +33,43 @@ def event_counts(engine: Engine, run: str) -> dict[str, int]:
         return {t: int(n) for t, n in conn.execute(query)}
 
 
+def first_speaking_frames(engine: Engine, run: str) -> dict[str, int]:
+    """Per correlation: when the first frame showing a non-silent viseme of its reply was published."""
+    first: dict[str, int] = {}
+    query = select(events.c.at_ms, events.c.body).where(events.c.run == run, events.c.type == "frame.rendered")
+    with engine.connect() as conn:
+        for at_ms, body in conn.execute(query):
+            header, _ = codec.split(body)
+            for mark in orjson.loads(header)["payload"].get("speaking", []):
+                corr = mark["correlation"]
+                if mark["viseme"] != "sil" and corr:
+                    first[corr] = min(at_ms, first.get(corr, at_ms))
+    return first
+
+
+def frame_lags(engine: Engine, run: str, started_at_ms: int) -> list[float]:
+    """Per frame: ms between its show time and its publication."""
+    query = select(events.c.t_ms, events.c.at_ms).where(events.c.run == run, events.c.type == "frame.rendered")
+    with engine.connect() as conn:
+        return [float(at - started_at_ms - t) for t, at in conn.execute(query)]
+
+
 def reply_latencies(engine: Engine, run: str) -> dict[str, list[float]]:
     """Per danmaku: ms to its first audio chunk, and to the first frame showing its speech."""
     received: dict[str, int] = {}
     first_audio: dict[str, int] = {}
-    first_frame: dict[str, int] = {}
     query = (
-        select(events.c.type, events.c.id, events.c.correlation, events.c.at_ms, events.c.body)
+        select(events.c.type, events.c.id, events.c.correlation, events.c.at_ms)
         .where(events.c.run == run)
-        .where(events.c.type.in_(["danmaku.received", "audio.chunk", "frame.rendered"]))
+        .where(events.c.type.in_(["danmaku.received", "audio.chunk"]))
     )
     with engine.connect() as conn:
-        for type_, id_, corr, at_ms, body in conn.execute(query):
+        for type_, id_, corr, at_ms in conn.execute(query):
             if type_ == "danmaku.received":
                 received[id_] = at_ms
-            elif type_ == "audio.chunk" and corr:
+            elif corr:
                 first_audio[corr] = min(at_ms, first_audio.get(corr, at_ms))
-            elif type_ == "frame.rendered":
-                header, _ = codec.split(body)
-                for mark in orjson.loads(header)["payload"].get("speaking", []):
-                    corr = mark["correlation"]
-                    if mark["viseme"] != "sil" and corr:
-                        first_frame[corr] = min(at_ms, first_frame.get(corr, at_ms))
+    first_frame = first_speaking_frames(engine, run)
     return {
         "audio": [first_audio[c] - t for c, t in received.items() if c in first_audio],
         "frame": [first_frame[c] - t for c, t in received.items() if c in first_frame],
@@ -74,10 +89,9 @@ def frame_timing(engine: Engine, run: str) -> dict[str, Any]:
                 started_at, fps = payload["started_at_ms"], payload["fps"]
             else:
                 duration = payload["duration_ms"]
-        if started_at is None:
-            return {}
-        frames = select(events.c.t_ms, events.c.at_ms).where(events.c.run == run, events.c.type == "frame.rendered")
-        lags = [float(at - started_at - t) for t, at in conn.execute(frames)]
+    if started_at is None:
+        return {}
+    lags = frame_lags(engine, run, started_at)
     expected = duration * fps // 1000 if duration is not None and fps else None
     return {
         "expected": expected, "rendered": len(lags),

@@ -45,6 +45,9 @@ class Actor:
     blocking_tick: ClassVar[bool] = False
     # Deliver events of runs without a run.started event (ctx.run is None) instead of failing.
     accepts_unknown_runs: ClassVar[bool] = False
+    # Handle the events of a playback (a run re-published from the store, ``replay_of`` set).
+    # Other actors leave playbacks alone: the recorded outputs are replayed with the inputs.
+    plays_replays: ClassVar[bool] = False
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
         """Turn one input event into output events (no I/O, no wall clock)."""

@@ -14,7 +14,7 @@ from actors.show import Show, show_from_dict
 from events.base import Event, derive_id
 from events.cue import CueIssued, CueMerged
 from events.danmaku import DanmakuReceived, DanmakuRejected
-from infra.settings import Settings
+from infra.settings import Settings, for_run
 
 KINDS = ("comment", "gift")
 MAX_USER_CHARS = 64
@@ -53,6 +53,7 @@ class _Recent:
 @dataclass(slots=True)
 class _RunState:
     show: Show
+    settings: Settings
     cues: int = 0
     busy_until: dict[str, int] = field(default_factory=dict)
     recent: deque[_Recent] = field(default_factory=lambda: deque(maxlen=64))
@@ -73,7 +74,7 @@ class Director(Actor):
         assert ctx.run is not None
         state = self._runs.get(ctx.run.run)
         if state is None:
-            state = _RunState(show_from_dict(ctx.run.show))
+            state = _RunState(show_from_dict(ctx.run.show), for_run(self.settings, ctx.run.config))
             self._runs[ctx.run.run] = state
         return state
 
@@ -114,7 +115,7 @@ class Director(Actor):
             correlation=event.id, t_ms=ctx.now_ms, seq=state.cues, user=event.user,
             text=event.text, danmaku=(event.id,), routed_by=routed_by,
             priority=spec.weight * (2.0 if event.kind == "gift" else 1.0),
-            deadline_ms=ctx.now_ms + self.settings.cue_deadline_ms,
+            deadline_ms=ctx.now_ms + state.settings.cue_deadline_ms,
         )
         state.recent.append(_Recent(key, cue.id, ctx.now_ms))
         start = max(ctx.now_ms, state.busy_until.get(role, 0))
@@ -124,11 +125,13 @@ class Director(Actor):
     def _reject_reason(self, event: DanmakuReceived, ctx: Context) -> tuple[str, str] | None:
         if ctx.run is None:
             return "unknown_run", f"no run {event.run!r} has started"
+        state = self._state(ctx)
+        settings = state.settings
         text = event.text
         if not text.strip():
             return "empty", "the comment is empty"
-        if len(text) > self.settings.max_danmaku_chars:
-            return "too_long", f"{len(text)} characters, the limit is {self.settings.max_danmaku_chars}"
+        if len(text) > settings.max_danmaku_chars:
+            return "too_long", f"{len(text)} characters, the limit is {settings.max_danmaku_chars}"
         bad = bad_characters(text) or bad_characters(event.user)
         if bad is not None:
             return "control_characters", f"contains the control character {bad}"
@@ -136,17 +139,16 @@ class Director(Actor):
             return "bad_user", f"user name over {MAX_USER_CHARS} characters"
         if event.kind not in KINDS:
             return "bad_kind", f"kind {event.kind!r} is not one of {', '.join(KINDS)}"
-        state = self._state(ctx)
         if event.to is not None and state.show.role(event.to) is None:
             return "unknown_role", f"no role {event.to!r} on stage"
         folded = text.casefold()
-        for word in (*self.settings.blocklist, *state.show.blocklist):
+        for word in (*settings.blocklist, *state.show.blocklist):
             if word and word.casefold() in folded:
                 return "blocked", "contains a blocked word"
         return None
 
     def _merge_target(self, state: _RunState, key: str, now_ms: int) -> str | None:
-        window = self.settings.merge_window_ms
+        window = state.settings.merge_window_ms
         for recent in reversed(state.recent):
             if now_ms - recent.t_ms > window:
                 break

@@ -27,9 +27,14 @@ class RecorderActor(Actor):
 
     def consume_batch(self, items: Sequence[tuple[Event, Msg]]) -> None:
         """Write one fetched batch; the runtime acks it after this returns."""
-        self.writer.append([
-            Recorded(event, msg.data, msg.subject, msg.metadata.sequence.stream) for event, msg in items
-        ])
+        recorded = []
+        for event, msg in items:
+            meta = msg.metadata
+            recorded.append(Recorded(
+                event, msg.data, msg.subject, meta.sequence.stream, msg.headers or None,
+                meta.stream, meta.consumer,
+            ))
+        self.writer.append(recorded)
         if self.metrics is not None and items:
             newest = max(e.at_ms for e, _ in items)
             self.metrics.recorder_lag.set(max(0.0, time.time() - newest / 1000))

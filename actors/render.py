@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import bisect
 import logging
+import threading
 import time
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from actors.backends.render_torch import RoleLook, RoleState, StageRenderer, encode_jpeg
 from actors.base import Actor, Context, Input
@@ -16,10 +19,37 @@ from events.frame import FrameRendered, SpeakingMark
 from events.qos import ResolutionChanged
 from events.run import RunEnded, RunStarted
 from events.viseme import VisemeTrack
-from infra.settings import Settings
+from infra.settings import Settings, for_run
 
 log = logging.getLogger(__name__)
 SUBTITLE_HOLD_MS = 1200
+
+
+class FrameMemo:
+    """The JPEGs of the last few distinct stage pictures: an unchanged stage is not drawn again.
+
+    A few hundred KB per entry at most; thread-safe (re-execution draws on several threads).
+    """
+
+    def __init__(self, size: int = 64) -> None:
+        self.size = size
+        self.hits = 0
+        self._jpegs: OrderedDict[tuple[Any, ...], bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> bytes | None:
+        with self._lock:
+            jpeg = self._jpegs.get(key)
+            if jpeg is not None:
+                self._jpegs.move_to_end(key)
+                self.hits += 1
+            return jpeg
+
+    def put(self, key: tuple[Any, ...], jpeg: bytes) -> None:
+        with self._lock:
+            self._jpegs[key] = jpeg
+            if len(self._jpegs) > self.size:
+                self._jpegs.popitem(last=False)
 
 
 @dataclass(slots=True)
@@ -28,6 +58,8 @@ class _Show:
     renderer: StageRenderer
     roles: tuple[str, ...]
     frame_ms: float
+    quality: int
+    memo: FrameMemo = field(default_factory=FrameMemo)
     next_frame: int = 0
     end_ms: int | None = None
     tracks: list[VisemeTrack] = field(default_factory=list)
@@ -87,10 +119,9 @@ class RenderActor(Actor):
         # Builds the sprite caches (a few hundred ms): once per run, on the event loop.
         if run.run in self._shows:
             return
-        spec = show_from_dict(run.show)
-        looks = [RoleLook(r.id, r.name, r.color, r.shape) for r in spec.roles]
-        renderer = StageRenderer(looks, run.resolution, device=self.device, seed=run.seed)
-        self._shows[run.run] = _Show(run, renderer, tuple(r.id for r in spec.roles), 1000 / run.fps)
+        renderer, roles = stage_renderer(run, self.device)
+        quality = for_run(self.settings, run.config).jpeg_quality
+        self._shows[run.run] = _Show(run, renderer, roles, 1000 / run.fps, quality)
 
     def tick(self, ctx: Context) -> Sequence[Event]:
         assert ctx.run is not None
@@ -111,36 +142,15 @@ class RenderActor(Actor):
             show.renderer.set_resolution(show.resolution)
             show.resolution = None
         self._forget_before(show, t - SUBTITLE_HOLD_MS)
-        current, subtitle = self._current(show, t)
-        states, marks = [], []
-        for role in show.roles:
-            viseme, speaking = "sil", False
-            if current is not None and current.role == role:
-                viseme, speaking = _viseme_at(current, t), True
-                marks.append(SpeakingMark(role, current.correlation or "", viseme))
-            states.append(RoleState(role, viseme, speaking))
-        image = show.renderer.draw(t, states, subtitle)
-        if self.settings.slow_render_ms > 0:  # fault injection: a slower renderer
-            time.sleep(self.settings.slow_render_ms / 1000)
-        jpeg = encode_jpeg(image, self.settings.jpeg_quality)
-        width, height = show.renderer.size
-        return FrameRendered(
-            id=derive_id(show.run.id, f"frame{n}"), run=show.run.run, t_ms=t, n=n,
-            width=width, height=height, resolution=_resolution_name(height),
-            speaking=tuple(marks), late_ms=float(max(0, now_ms - t - self.settings.render_delay_ms)), jpeg=jpeg,
-        )
-
-    @staticmethod
-    def _current(show: _Show, t: int) -> tuple[VisemeTrack | None, str | None]:
         i = bisect.bisect_right(show.starts, t) - 1
-        if i < 0:
-            return None, None
-        track = show.tracks[i]
-        if track.start_ms <= t < track.end_ms:
-            return track, track.text
-        if t - track.end_ms < SUBTITLE_HOLD_MS and not track.last:
-            return None, track.text
-        return None, None
+        track = show.tracks[i] if i >= 0 else None
+        slow_ms = self.settings.slow_render_ms
+        return draw_frame(
+            show.renderer, show.run, show.roles, n, track, show.quality,
+            late_ms=float(max(0, now_ms - t - self.settings.render_delay_ms)),
+            # fault injection: a slower renderer
+            before_encode=(lambda: time.sleep(slow_ms / 1000)) if slow_ms > 0 else None, memo=show.memo,
+        )
 
     @staticmethod
     def _forget_before(show: _Show, t: int) -> None:
@@ -150,6 +160,62 @@ class RenderActor(Actor):
         if keep:
             del show.tracks[:keep]
             del show.starts[:keep]
+
+
+def shown(track: VisemeTrack | None, t: int) -> tuple[VisemeTrack | None, bool]:
+    """What a frame at ``t`` shows of the latest track that started by then.
+
+    (track, True) while it is spoken: mouth and subtitle; (track, False) for a moment after
+    a sentence that the utterance goes on from: its subtitle only; else (None, False).
+    """
+    if track is None or track.start_ms > t:
+        return None, False
+    if t < track.end_ms:
+        return track, True
+    if t - track.end_ms < SUBTITLE_HOLD_MS and not track.last:
+        return track, False
+    return None, False
+
+
+def draw_frame(
+    renderer: StageRenderer, run: RunStarted, roles: Sequence[str], n: int, latest: VisemeTrack | None,
+    quality: int, late_ms: float = 0.0, before_encode: Callable[[], None] | None = None,
+    memo: FrameMemo | None = None,
+) -> FrameRendered:
+    """Frame ``n`` of a run given the latest track started by its show time: a pure function of
+    its arguments (the live renderer, re-execution and export all draw through it)."""
+    t = int(n * 1000 / run.fps)
+    track, speaking = shown(latest, t)
+    states, marks = [], []
+    for role in roles:
+        viseme, lit = "sil", False
+        if speaking and track is not None and track.role == role:
+            viseme, lit = _viseme_at(track, t), True
+            marks.append(SpeakingMark(role, track.correlation or "", viseme))
+        states.append(RoleState(role, viseme, lit))
+    subtitle = track.text if track is not None else None
+    key = renderer.scene_key(t, states, subtitle) + (quality,) if memo is not None else None
+    jpeg = memo.get(key) if memo is not None and key is not None else None
+    if jpeg is None:
+        image = renderer.draw(t, states, subtitle)
+        jpeg = encode_jpeg(image, quality)
+        if memo is not None and key is not None:
+            memo.put(key, jpeg)
+    if before_encode is not None:
+        before_encode()
+    width, height = renderer.size
+    return FrameRendered(
+        id=derive_id(run.id, f"frame{n}"), run=run.run, t_ms=t, n=n, width=width, height=height,
+        resolution=_resolution_name(height), speaking=tuple(marks), late_ms=late_ms,
+        track=track.id if track is not None else None, jpeg=jpeg,
+    )
+
+
+def stage_renderer(run: RunStarted, device: str = "cpu") -> tuple[StageRenderer, tuple[str, ...]]:
+    """The renderer of a run's stage and its role ids in stage order."""
+    spec = show_from_dict(run.show)
+    looks = [RoleLook(r.id, r.name, r.color, r.shape) for r in spec.roles]
+    return StageRenderer(looks, run.resolution, device=device, seed=run.seed), tuple(r.id for r in spec.roles)
 
 
 def _viseme_at(track: VisemeTrack, t: int) -> str:

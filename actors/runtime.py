@@ -365,6 +365,8 @@ class ActorRuntime:
         if isinstance(event, RunStarted):
             self.runs.remember(event)
             ctx = Context(event, int(self.clock() * 1000) - event.started_at_ms)
+        if ctx.run is not None and ctx.run.replay_of is not None and not self.actor.plays_replays:
+            return
         started = time.perf_counter()
         try:
             if self.actor.blocking:

@@ -50,6 +50,7 @@ class SinkActor(Actor):
 
     name = "sink"
     inputs = (Input("run"), Input("frame"), Input("viseme"), Input("audio"))
+    plays_replays = True  # a playback is written to its own MP4
     blocking = True
 
     def __init__(self, settings: Settings) -> None:

@@ -125,9 +125,10 @@ async def bench(count: int, interval_s: float, resolution: str, split: tuple[str
         "machine": machine(), "count": count, "interval_s": interval_s, "resolution": resolution,
         "processes": ["+".join(n for n in ACTOR_NAMES if n not in split), *split],
         "answered": len(rows), "idle": len(idle_rows),
-        "p50_ms": pct(frame, 50), "p99_ms": pct(frame, 99), "max_ms": max(frame) if frame else None,
-        "idle_p50_ms": pct([r["frame"] for r in idle_rows], 50),
-        "idle_p99_ms": pct([r["frame"] for r in idle_rows], 99),
+        # The target is over replies that found the stage idle; the rest waited for the floor.
+        "p50_ms": pct([r["frame"] for r in idle_rows], 50),
+        "p99_ms": pct([r["frame"] for r in idle_rows], 99),
+        "all_p50_ms": pct(frame, 50), "all_p99_ms": pct(frame, 99), "max_ms": max(frame) if frame else None,
         "first_audio_p50_ms": pct([r["audio.chunk"] for r in rows], 50),
         "first_audio_p99_ms": pct([r["audio.chunk"] for r in rows], 99),
         "hop_median_ms": hops,
@@ -153,18 +154,18 @@ def main() -> None:
     print(f"{doc['answered']}/{args.count} danmaku answered on stage, {doc['idle']} found the stage idle; {args.resolution}; processes: {', '.join(doc['processes'])}")
     print_table(
         "median ms from danmaku publish to the first event of each hop",
-        ["cue", "utterance", "audio", "visemes", "frame p50", "frame p99"],
+        ["cue", "utterance", "audio", "visemes", "frame p50 (idle)", "frame p99 (idle)"],
         [[*(doc["hop_median_ms"][h] for h in HOPS), doc["p50_ms"], doc["p99_ms"]]],
     )
     print(
-        f"danmaku -> first viseme frame, stage idle ({doc['idle']}): p50 {doc['idle_p50_ms']:.0f} ms, "
-        f"p99 {doc['idle_p99_ms']:.0f} ms (target p99 <= 87 ms); all {doc['answered']} (some waited for "
-        f"the floor): p50 {doc['p50_ms']:.0f} ms, p99 {doc['p99_ms']:.0f} ms"
+        f"danmaku -> first viseme frame, stage idle ({doc['idle']}): p50 {doc['p50_ms']:.0f} ms, "
+        f"p99 {doc['p99_ms']:.0f} ms (target p99 <= 87 ms); all {doc['answered']} (some waited for "
+        f"the floor): p50 {doc['all_p50_ms']:.0f} ms, p99 {doc['all_p99_ms']:.0f} ms"
     )
     write_result("latency" + ("-split" if split else ""), doc)
     if args.json:
         print(json.dumps({k: doc[k] for k in (
-            "p50_ms", "p99_ms", "idle_p50_ms", "idle_p99_ms", "count", "answered", "idle",
+            "p50_ms", "p99_ms", "all_p50_ms", "all_p99_ms", "count", "answered", "idle",
             "first_audio_p50_ms", "first_audio_p99_ms", "processes",
         )}))
 

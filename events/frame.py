@@ -29,4 +29,5 @@ class FrameRendered(Event):
     resolution: str
     speaking: tuple[SpeakingMark, ...] = ()
     late_ms: float = 0.0
+    track: str | None = None  # the viseme track shown (mouth or subtitle): what re-execution redraws
     jpeg: bytes = b""

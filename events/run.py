@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from events.base import Event, registry
@@ -19,6 +19,10 @@ class RunStarted(Event):
     fps: int = 25
     resolution: str = "720p"
     started_at_ms: int = 0
+    replay_of: str | None = None  # set on a playback of a recorded run: workers leave it alone
+    # The settings the deterministic actors follow in this run (see infra.settings.RUN_SETTINGS),
+    # so that every process and every re-execution decides alike.
+    config: dict[str, Any] = field(default_factory=dict)
 
 
 @registry.register

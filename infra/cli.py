@@ -1,4 +1,4 @@
-"""The ``troupe`` command: up, actor, publish."""
+"""The ``troupe`` command: up, actor, publish, and the store's runs, inspect, replay, export."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import secrets
 import signal
 import sys
 import time
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import orjson
+from sqlalchemy import Engine
 
 from actors.show import ShowError, load_show
 from events import codec
@@ -24,7 +26,9 @@ from infra.natsserver import NatsServerError
 from infra.settings import Settings, SettingsError, load_settings
 from infra.summary import summarise
 from infra.supervisor import ACTOR_NAMES, Stage, SupervisorError, run_show
-from store.database import StoreError
+from store import export, inspect, playback, reexec
+from store.database import StoreError, default_url, open_engine
+from store.queries import list_runs
 
 
 class UsageError(Exception):
@@ -59,6 +63,33 @@ def _parser() -> argparse.ArgumentParser:
     pub.add_argument("--user", default="")
     pub.add_argument("--role", help="address one role")
     pub.add_argument("--file", type=Path, help="JSON lines: {\"user\": ..., \"text\": ..., \"to\": ...}")
+
+    runs = sub.add_parser("runs", help="list the recorded runs")
+    runs.add_argument("--json", action="store_true")
+    runs.add_argument("--limit", type=int, default=50)
+
+    ins = sub.add_parser("inspect", help="what happened in a run: cues, replies, latencies, QoS, rejections, errors")
+    ins.add_argument("run")
+    ins.add_argument("--correlation", help="one danmaku's causal chain (its id) with the time at each hop")
+    ins.add_argument("--json", action="store_true")
+
+    rep = sub.add_parser("replay", help="re-publish a recorded run on NATS, or --verify it by re-execution")
+    rep.add_argument("run")
+    rep.add_argument("--into", help="run id of the playback (default: RUN-replay-XXXX)")
+    pace = rep.add_mutually_exclusive_group()
+    pace.add_argument("--speed", type=float, default=1.0, help="pace as a multiple of the original (default 1)")
+    pace.add_argument("--max", action="store_true", help="as fast as JetStream takes the events")
+    rep.add_argument("--from", dest="from_s", type=float, help="start at this show time (s)")
+    rep.add_argument("--to", dest="to_s", type=float, help="stop before this show time (s)")
+    rep.add_argument("--types", nargs="+", help="event types or families to replay (run.started always is)")
+    rep.add_argument("--no-record", action="store_true", help="do not record the playback in the store")
+    rep.add_argument("--verify", action="store_true",
+                     help="re-execute the deterministic actors from the store and report the first divergence")
+    rep.add_argument("--json", action="store_true")
+
+    exp = sub.add_parser("export", help="re-render a recorded run to a video file (no LLM, no TTS)")
+    exp.add_argument("run")
+    exp.add_argument("output", type=Path)
     return p
 
 
@@ -159,13 +190,113 @@ async def _publish(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _store(settings: Settings) -> Engine:
+    """The store the read commands use; it must exist already."""
+    if settings.store_url is None:
+        path = settings.state_dir / "troupe.db"
+        if not path.exists():
+            raise StoreError(f"no store at {path}: run `troupe up` first, or set TROUPE_STORE_URL / --store")
+    return open_engine(settings.store_url or default_url(settings.state_dir))
+
+
+def _when(ms: int | None) -> str:
+    return "-" if ms is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000))
+
+
+async def _runs(args: argparse.Namespace, settings: Settings) -> int:
+    runs = list_runs(_store(settings), args.limit)
+    if args.json:
+        print(orjson.dumps([{
+            "id": r.id, "started_at_ms": r.started_at_ms, "duration_ms": r.duration_ms, "roles": list(r.roles),
+            "events": r.events, "errors": r.errors, "status": r.status, "replay_of": r.replay_of,
+        } for r in runs]).decode())
+        return 0
+    print(f"{'run':<28} {'started':<19} {'duration':>8}  {'roles':<22} {'events':>7} {'errors':>6}  status")
+    for r in runs:
+        duration = "-" if r.duration_ms is None else f"{r.duration_ms / 1000:.1f}s"
+        status = r.status + (f" (playback of {r.replay_of})" if r.replay_of else "")
+        print(f"{r.id:<28} {_when(r.started_at_ms):<19} {duration:>8}  {','.join(r.roles):<22} "
+              f"{r.events:>7} {r.errors:>6}  {status}")
+    if not runs:
+        print("(no runs recorded yet)")
+    return 0
+
+
+async def _inspect(args: argparse.Namespace, settings: Settings) -> int:
+    engine = _store(settings)
+    if args.correlation:
+        doc = inspect.chain(engine, args.run, args.correlation)
+        print(orjson.dumps(doc).decode() if args.json else inspect.format_chain(doc))
+    else:
+        doc = inspect.report(engine, args.run)
+        print(orjson.dumps(doc).decode() if args.json else inspect.format_report(doc))
+    return 0
+
+
+class _ProgressBar:
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.shown = 0.0
+        self.live = sys.stderr.isatty()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if not self.live or (done < total and now - self.shown < 0.1):
+            return
+        self.shown = now
+        width = 30
+        filled = width * done // max(total, 1)
+        print(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{total}", end="", file=sys.stderr)
+        if done == total:
+            print(file=sys.stderr)
+
+
+async def _replay(args: argparse.Namespace, settings: Settings) -> int:
+    engine = _store(settings)
+    if args.verify:
+        result = reexec.verify(engine, args.run, settings=settings)
+        print(orjson.dumps(result.to_dict()).decode() if args.json else reexec.format_verification(result))
+        return 0 if result.divergence is None else 1
+    if args.speed <= 0:
+        raise UsageError("--speed must be positive")
+    into = args.into or f"{args.run}-replay-{secrets.token_hex(2)}"
+    messages = playback.prepare(
+        engine, args.run, into, args.types,
+        None if args.from_s is None else int(args.from_s * 1000),
+        None if args.to_s is None else int(args.to_s * 1000),
+    )
+    async with Stage(settings) as stage:
+        if not args.no_record:
+            await stage.start_actors(["recorder"])
+        seconds = await playback.publish(stage.js, messages, None if args.max else args.speed,
+                                         _ProgressBar(f"replay {args.run} -> {into}"))
+        if not args.no_record and not await stage.drain(["recorder"], timeout_s=120):
+            raise StoreError(f"the recorder did not catch up with the playback of {into} within 120 s")
+    rate = len(messages) / seconds if seconds > 0 else float("inf")
+    doc = {"run": args.run, "into": into, "published": len(messages), "seconds": round(seconds, 3),
+           "events_per_s": round(rate), "recorded": not args.no_record}
+    print(orjson.dumps(doc).decode() if args.json else
+          f"replayed {len(messages)} events of {args.run} into run {into} in {seconds:.2f} s ({rate:.0f} events/s)")
+    return 0
+
+
+async def _export(args: argparse.Namespace, settings: Settings) -> int:
+    result = export.export(_store(settings), args.run, args.output, settings)
+    print(f"exported run {args.run} to {result.path}: {result.frames} frames, {result.duration_ms / 1000:.1f} s "
+          f"of video and audio, in {result.seconds:.1f} s")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``troupe`` command."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         settings = _settings(args)
-        command = {"up": _up, "actor": _actor, "publish": _publish}[args.command]
+        command = {
+            "up": _up, "actor": _actor, "publish": _publish, "runs": _runs, "inspect": _inspect,
+            "replay": _replay, "export": _export,
+        }[args.command]
         return asyncio.run(command(args, settings))
     except (UsageError, SettingsError, ShowError) as exc:
         print(f"troupe: error: {exc}", file=sys.stderr)

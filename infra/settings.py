@@ -84,6 +84,20 @@ _KINDS: dict[str, type] = {
     name: _kind(hint) for name, hint in typing.get_type_hints(Settings).items() if name != "extra"
 }
 RESOLUTIONS = ("1080p", "720p", "480p", "360p")
+# Settings that shape what the deterministic actors emit: recorded in run.started, followed by
+# every process that handles the run and by re-execution.
+RUN_SETTINGS = ("merge_window_ms", "max_danmaku_chars", "blocklist", "cue_deadline_ms", "jpeg_quality")
+
+
+def run_config(settings: Settings) -> dict[str, object]:
+    """The run-scoped settings to record in run.started."""
+    return {name: list(v) if isinstance(v := getattr(settings, name), tuple) else v for name in RUN_SETTINGS}
+
+
+def for_run(settings: Settings, config: Mapping[str, object]) -> Settings:
+    """These settings with a run's recorded run-scoped ones applied (unknown keys ignored)."""
+    changes = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in RUN_SETTINGS}
+    return settings.replace(**changes) if changes else settings
 
 
 def load_settings(environ: Mapping[str, str] | None = None, **overrides: object) -> Settings:

@@ -30,7 +30,7 @@ from events.subjects import stream_name, subject_for
 from infra.bus import connect, provision_streams
 from infra.metrics import Metrics
 from infra.natsserver import EmbeddedNats
-from infra.settings import Settings
+from infra.settings import Settings, run_config
 from store.database import default_url, open_engine
 from store.recorder import EventWriter
 
@@ -145,6 +145,16 @@ class Stage:
         ]
         await asyncio.gather(*futures)
 
+    async def drain(self, names: Sequence[str], timeout_s: float = 60.0) -> bool:
+        """Wait until these actor kinds have handled everything published so far."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while await self.pending(names) > 0:
+            if loop.time() > deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
     async def pending(self, names: Sequence[str]) -> int:
         """Unhandled messages on the durable consumers of these actor kinds."""
         total = 0
@@ -188,6 +198,7 @@ async def run_show(
     started = RunStarted(
         id=f"{run_id}-start", run=run_id, show=show.to_dict(), seed=settings.seed, fps=settings.fps,
         resolution=settings.resolution, started_at_ms=int(time.time() * 1000) + 200,
+        config=run_config(settings),
     )
     await stage.publish([started])
     await stage.publish([

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+import contextlib
+import os
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +31,27 @@ async def js(nats_server: EmbeddedNats):  # type: ignore[no-untyped-def]
     await provision_streams(jsc)
     yield jsc
     await nc.close()
+
+
+@pytest.fixture(scope="session")
+async def demo(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One recorded 20-second demo show: (settings, result, engine, messages per family on the streams)."""
+    from actors.show import load_show
+    from events.subjects import FAMILIES, stream_name
+    from infra.supervisor import Stage, run_show
+
+    tmp = tmp_path_factory.mktemp("demo")
+    settings = load_settings(
+        environ={}, nats_url=nats_server.url, state_dir=tmp / "state", out_dir=tmp / "out", metrics_port=-1,
+    )
+    async with Stage(settings) as stage:
+        result = await run_show(stage, load_show(), 20.0)
+        counts = {}
+        for family in FAMILIES:
+            info = await stage.js.stream_info(stream_name(family), subjects_filter=f"troupe.{result.run}.>")
+            counts[family] = sum((info.state.subjects or {}).values()) if info.state.subjects else 0
+    engine = Stage(settings).engine
+    return settings, result, engine, counts
 
 
 @pytest.fixture
@@ -56,3 +80,38 @@ async def wait_for(
         await asyncio.sleep(0.02)
 
 
+
+
+PG_ADMIN_URL = os.environ.get("TROUPE_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def _pg_admin():  # type: ignore[no-untyped-def]
+    import psycopg
+
+    try:
+        return psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=3)
+    except psycopg.OperationalError as exc:
+        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {str(exc).splitlines()[0]}")
+
+
+@contextlib.contextmanager
+def fresh_database(backend: str, tmp_path: Path) -> Iterator[str]:
+    """A store URL on an empty database: a SQLite file, or a PostgreSQL database made and dropped here."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    name = f"troupe_test_{uuid.uuid4().hex[:12]}"
+    with _pg_admin() as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield PG_ADMIN_URL.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with _pg_admin() as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The contract suite runs once per supported database."""
+    with fresh_database(request.param, tmp_path) as url:
+        yield url

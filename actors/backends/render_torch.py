@@ -282,6 +282,18 @@ class StageRenderer:
         amp = self._scene.amp
         return round(amp * math.sin(2 * math.pi * ((t_ms + r.breath_phase) % r.breath_period) / r.breath_period))
 
+    def scene_key(self, t_ms: int, states: Sequence[RoleState], subtitle: str | None) -> tuple[Any, ...]:
+        """Everything draw() reads for this frame: equal keys draw equal pictures."""
+        by_role = {s.role: s for s in states}
+        looks = []
+        for look in self._looks:
+            st = by_role.get(look.role)
+            looks.append((
+                st is not None and st.speaking, st.viseme if st else "sil",
+                self.breath_offset(look.role, t_ms), self.eyes_closed(look.role, t_ms),
+            ))
+        return (self._scene.size, subtitle or None, tuple(looks))
+
     def draw(self, t_ms: int, states: Sequence[RoleState], subtitle: str | None) -> torch.Tensor:
         """Renders the frame at t_ms as a uint8 HxWx3 tensor on the CPU."""
         scene = self._scene  # one read, so a concurrent set_resolution cannot tear this frame

@@ -8,11 +8,8 @@ import orjson
 import pytest
 from sqlalchemy import func, select
 
-from actors.show import load_show
 from events import codec
-from events.subjects import FAMILIES, stream_name
 from infra.summary import summarise
-from infra.supervisor import Stage, run_show
 from store.recorder import read_events
 from store.schema import events as events_table
 
@@ -36,24 +33,6 @@ def audio_energy_per_frame(path: str, fps: int = 25) -> np.ndarray:
     per = rate // fps
     n = len(samples) // per
     return np.sqrt((samples[: n * per].reshape(n, per) ** 2).mean(axis=1))
-
-
-@pytest.fixture(scope="module")
-async def demo(nats_server, tmp_path_factory):  # type: ignore[no-untyped-def]
-    from infra.settings import load_settings
-
-    tmp = tmp_path_factory.mktemp("demo")
-    settings = load_settings(
-        environ={}, nats_url=nats_server.url, state_dir=tmp / "state", out_dir=tmp / "out", metrics_port=-1,
-    )
-    async with Stage(settings) as stage:
-        result = await run_show(stage, load_show(), 20.0)
-        counts = {}
-        for family in FAMILIES:
-            info = await stage.js.stream_info(stream_name(family), subjects_filter=f"troupe.{result.run}.>")
-            counts[family] = sum((info.state.subjects or {}).values()) if info.state.subjects else 0
-    engine = Stage(settings).engine
-    return settings, result, engine, counts
 
 
 async def test_the_video_and_its_audio_last_the_show(demo) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,94 @@
+"""Export: re-render a recorded run to an MP4 from the store alone (no LLM, no TTS).
+
+Frames are drawn again from the recorded viseme tracks (each recorded frame from
+the track it showed, at its resolution; frames missing from the store from the
+latest track started by then), the recorded audio is laid where lipsync placed it,
+and both go through the sink's muxer.  The file appears only when complete.
+"""
+
+from __future__ import annotations
+
+import bisect
+import concurrent.futures
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from actors.base import Context
+from events.audio import AudioChunk
+from events.frame import FrameRendered
+from events.run import RunEnded
+from events.viseme import VisemeTrack
+from infra.settings import Settings, for_run
+from store.database import StoreError
+from store.queries import iter_rows, run_info, run_started
+
+
+@dataclass(frozen=True, slots=True)
+class ExportResult:
+    path: Path
+    frames: int
+    duration_ms: int
+    seconds: float
+
+
+def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int | None = None) -> ExportResult:
+    from actors.render import FrameMemo, draw_frame, stage_renderer
+    from actors.sink import SinkActor
+
+    begun = time.perf_counter()
+    info = run_info(engine, run)
+    rows = list(iter_rows(engine, run))
+    start = run_started(rows)
+    tracks = sorted((r.event for r in rows if isinstance(r.event, VisemeTrack)), key=lambda t: t.start_ms)
+    starts = [t.start_ms for t in tracks]
+    by_id = {t.id: t for t in tracks}
+    recorded = {r.event.n: r.event for r in rows if isinstance(r.event, FrameRendered)}
+    duration_ms = info.duration_ms or max([t.end_ms for t in tracks] + [f.t_ms + 40 for f in recorded.values()] + [0])
+    total = duration_ms * start.fps // 1000
+    if total <= 0:
+        raise StoreError(f"run {run!r} has nothing to export (no duration, no frames, no speech)")
+    quality = for_run(settings, start.config).jpeg_quality
+    renderers = {}
+    roles: tuple[str, ...] = ()
+    jobs = []
+    resolution = start.resolution
+    for n in range(total):
+        frame = recorded.get(n)
+        if frame is not None:
+            resolution = frame.resolution
+            track = by_id.get(frame.track) if frame.track else None
+        else:
+            i = bisect.bisect_right(starts, n * 1000 // start.fps) - 1
+            track = tracks[i] if i >= 0 else None
+        if resolution not in renderers:
+            renderer, roles = stage_renderer(start)
+            renderer.set_resolution(resolution)
+            renderers[resolution] = renderer
+        jobs.append((n, renderers[resolution], track))
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".troupe-export-") as tmp:
+        sink = SinkActor(settings.replace(out_dir=Path(tmp)))
+        ctx = Context(start, 0)
+        sink.handle(start, ctx)
+        for row in rows:
+            if isinstance(row.event, AudioChunk | VisemeTrack):
+                sink.handle(row.event, ctx)
+        with concurrent.futures.ThreadPoolExecutor(workers or min(4, os.cpu_count() or 1)) as pool:
+            memo = FrameMemo(256)
+            frames = pool.map(lambda job: draw_frame(job[1], start, roles, job[0], job[2], quality, memo=memo), jobs)
+            for frame in frames:
+                sink.handle(frame, ctx)
+        sink.handle(RunEnded(id=f"{run}-export-end", run=run, reason="export", duration_ms=duration_ms), ctx)
+        sink.close()
+        written = sink.finished.get(run)
+        if written is None or not written.exists():
+            raise StoreError(f"the video of run {run!r} was not written")
+        os.replace(written, out)
+    return ExportResult(out, total, duration_ms, time.perf_counter() - begun)

@@ -1,0 +1,208 @@
+"""What happened in a recorded run, and why: the report behind ``troupe inspect``.
+
+Latencies follow the correlation chain of each danmaku (its id is the chain's
+correlation): the first event of each hop, by the wall-clock time it was emitted.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Engine
+
+from events.base import Event
+from events.danmaku import DanmakuReceived, DanmakuRejected
+from events.error import DeadLettered
+from events.frame import FrameRendered
+from infra.summary import percentile
+from store.database import StoreError
+from store.queries import Row, iter_rows, run_info
+
+HOPS = ("cue.issued", "utterance.chunk", "audio.chunk", "viseme.track", "frame.rendered")
+_HOP_NAMES = {
+    "cue.issued": "director", "utterance.chunk": "llm", "audio.chunk": "tts",
+    "viseme.track": "lipsync", "frame.rendered": "render",
+}
+
+
+def _stats(values: Sequence[float]) -> dict[str, Any]:
+    return {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99)}
+
+
+def _speaks_in(frame: FrameRendered) -> set[str]:
+    return {m.correlation for m in frame.speaking if m.viseme != "sil" and m.correlation}
+
+
+def _firsts(rows: Sequence[Row]) -> dict[str, dict[str, int]]:
+    """Per correlation: wall-clock ms of its danmaku and of the first event of each hop."""
+    first: dict[str, dict[str, int]] = defaultdict(dict)
+    for row in rows:
+        e = row.event
+        if isinstance(e, FrameRendered):
+            for speaking in _speaks_in(e):
+                first[speaking].setdefault("frame.rendered", e.at_ms)
+            continue
+        key = "danmaku.received" if isinstance(e, DanmakuReceived) else e.type
+        corr = e.id if isinstance(e, DanmakuReceived) else e.correlation
+        if corr and (key == "danmaku.received" or key in HOPS):
+            hops = first[corr]
+            hops[key] = min(e.at_ms, hops.get(key, e.at_ms))
+    return first
+
+
+def _hop_latencies(first: dict[str, dict[str, int]], corrs: Sequence[str]) -> dict[str, Any]:
+    per_hop: dict[str, list[float]] = defaultdict(list)
+    for corr in corrs:
+        hops = first.get(corr, {})
+        prev = hops.get("danmaku.received")
+        if prev is None:
+            continue
+        for hop in HOPS:
+            at = hops.get(hop)
+            if at is None:
+                break
+            per_hop[_HOP_NAMES[hop]].append(float(at - prev))
+            prev = at
+        if "frame.rendered" in hops:
+            per_hop["total"].append(float(hops["frame.rendered"] - hops["danmaku.received"]))
+    return {name: _stats(per_hop[name]) for name in (*_HOP_NAMES.values(), "total") if per_hop[name]}
+
+
+def report(engine: Engine, run: str) -> dict[str, Any]:
+    """The whole-run report (``troupe inspect RUN --json``)."""
+    info = run_info(engine, run)
+    rows = list(iter_rows(engine, run))
+    counts = Counter(r.event.type for r in rows)
+    first = _firsts(rows)
+    roles: dict[str, dict[str, Any]] = {
+        role: {"cues": 0, "merged": 0, "utterances": 0, "dropped": 0, "speech_ms": 0, "correlations": []}
+        for role in info.roles
+    }
+    qos, errors, rejected = [], [], []
+    cue_role: dict[str, str] = {}
+    for row in rows:
+        e = row.event
+        role = roles.setdefault(e.role, {"cues": 0, "merged": 0, "utterances": 0, "dropped": 0,
+                                         "speech_ms": 0, "correlations": []}) if e.role else None
+        if e.type == "cue.issued" and role is not None:
+            role["cues"] += 1
+            role["correlations"].append(e.correlation)
+            cue_role[e.id] = e.role or ""
+        elif e.type == "utterance.completed" and role is not None:
+            role["utterances"] += 1
+        elif e.type == "utterance.dropped" and role is not None:
+            role["dropped"] += 1
+        elif e.type == "audio.chunk" and role is not None:
+            role["speech_ms"] += getattr(e, "duration_ms", 0)
+        elif e.type.startswith("qos.") and e.type != "qos.observed":
+            qos.append(_public(e))
+        elif isinstance(e, DanmakuRejected):
+            rejected.append(e)
+        elif isinstance(e, DeadLettered):
+            errors.append({"t_ms": e.t_ms, "type": e.type, "actor": e.actor, "subject": e.subject,
+                           "reason": e.reason, "deliveries": e.deliveries})
+    for row in rows:
+        if row.event.type == "cue.merged":
+            target = cue_role.get(getattr(row.event, "cue", ""))
+            if target in roles:
+                roles[target]["merged"] += 1
+    for stats in roles.values():
+        stats["latency_ms"] = _hop_latencies(first, stats.pop("correlations"))
+    by_reason = Counter(e.reason for e in rejected)
+    return {
+        "run": {
+            "id": info.id, "status": info.status, "started_at_ms": info.started_at_ms,
+            "duration_ms": info.duration_ms, "seed": info.seed, "replay_of": info.replay_of,
+            "roles": list(info.roles),
+        },
+        "events": dict(sorted(counts.items())),
+        "roles": roles,
+        "latency_ms": _hop_latencies(first, [c for c, h in first.items() if "danmaku.received" in h]),
+        "qos": qos,
+        "rejected": {
+            "count": len(rejected), "by_reason": dict(by_reason.most_common()),
+            "examples": [{"t_ms": e.t_ms, "reason": e.reason, "detail": e.detail, "text": e.text[:60]}
+                         for e in rejected[:5]],
+        },
+        "errors": errors,
+    }
+
+
+def _public(e: Event) -> dict[str, Any]:
+    doc: dict[str, Any] = {"t_ms": e.t_ms, "type": e.type}
+    doc.update({k: v for k, v in e.payload().items() if not isinstance(v, bytes)})
+    return doc
+
+
+def chain(engine: Engine, run: str, correlation: str) -> dict[str, Any]:
+    """One danmaku's whole causal chain with the time spent at each hop (``--correlation``)."""
+    run_info(engine, run)
+    rows = list(iter_rows(engine, run))
+    members = [r for r in rows if r.event.correlation == correlation or r.event.id == correlation]
+    frame = next((r for r in rows if isinstance(r.event, FrameRendered) and correlation in _speaks_in(r.event)), None)
+    if frame is not None:
+        members.append(frame)
+    if not members:
+        raise StoreError(f"no events with correlation {correlation!r} in run {run!r}")
+    members.sort(key=lambda r: (r.event.at_ms, r.seq))
+    by_id = {r.event.id: r.event for r in members}
+    root_at = members[0].event.at_ms
+    steps = []
+    for r in members:
+        e = r.event
+        cause = by_id.get(e.causation or "")
+        steps.append({
+            "pos": r.pos, "seq": r.seq, "type": e.type, "id": e.id, "role": e.role, "causation": e.causation,
+            "t_ms": e.t_ms, "at_ms": e.at_ms, "since_start_ms": e.at_ms - root_at,
+            # For the first speaking frame there is no causation link: time since the visemes.
+            "hop_ms": e.at_ms - cause.at_ms if cause is not None else None,
+        })
+    return {"run": run, "correlation": correlation, "events": steps,
+            "total_ms": members[-1].event.at_ms - root_at}
+
+
+def format_report(doc: dict[str, Any]) -> str:
+    r = doc["run"]
+    lines = [
+        f"run {r['id']}  status {r['status']}  duration {_ms(r['duration_ms'])}  seed {r['seed']}"
+        + (f"  (playback of {r['replay_of']})" if r["replay_of"] else ""),
+        "",
+        "events: " + ", ".join(f"{t} {n}" for t, n in doc["events"].items()),
+        "",
+        f"{'role':<10} {'cues':>5} {'merged':>6} {'replies':>7} {'dropped':>7} {'speech':>8}  latency p50/p99 ms per hop",
+    ]
+    for role, s in doc["roles"].items():
+        hops = "  ".join(f"{h} {_q(v)}" for h, v in s["latency_ms"].items())
+        lines.append(f"{role:<10} {s['cues']:>5} {s['merged']:>6} {s['utterances']:>7} {s['dropped']:>7} "
+                     f"{s['speech_ms'] / 1000:>7.1f}s  {hops}")
+    lines.append("all roles: " + "  ".join(f"{h} {_q(v)}" for h, v in doc["latency_ms"].items()))
+    lines += ["", f"QoS decisions: {len(doc['qos'])}"]
+    lines += [f"  {_ms(q['t_ms'])} {q['type']}: " + ", ".join(
+        f"{k}={v}" for k, v in q.items() if k not in ("t_ms", "type")) for q in doc["qos"]]
+    rej = doc["rejected"]
+    lines += ["", f"rejected danmaku: {rej['count']}" + (
+        " (" + ", ".join(f"{k} {v}" for k, v in rej["by_reason"].items()) + ")" if rej["count"] else "")]
+    lines += [f"  {_ms(x['t_ms'])} {x['reason']}: {x['detail']}" for x in rej["examples"]]
+    lines += ["", f"errors: {len(doc['errors'])}"]
+    lines += [f"  {_ms(x['t_ms'])} {x['actor']} {x['subject']}: {x['reason']} ({x['deliveries']} deliveries)"
+              for x in doc["errors"]]
+    return "\n".join(lines)
+
+
+def format_chain(doc: dict[str, Any]) -> str:
+    lines = [f"correlation {doc['correlation']} in run {doc['run']}: {doc['total_ms']} ms from first to last",
+             f"{'+ms':>7} {'hop ms':>7} {'show t':>8}  {'type':<20} {'role':<8} id"]
+    for s in doc["events"]:
+        hop = "" if s["hop_ms"] is None else str(s["hop_ms"])
+        lines.append(f"{s['since_start_ms']:>7} {hop:>7} {_ms(s['t_ms']):>8}  {s['type']:<20} {s['role'] or '':<8} {s['id']}")
+    return "\n".join(lines)
+
+
+def _ms(value: int | None) -> str:
+    return "-" if value is None else f"{value / 1000:.2f}s"
+
+
+def _q(stats: dict[str, Any]) -> str:
+    return f"{stats['p50']:.0f}/{stats['p99']:.0f}"

@@ -1,0 +1,276 @@
+"""Re-execution: run the deterministic actors again on a recorded run and find where they diverge.
+
+In process, without NATS.  Each deterministic actor gets its recorded inputs in
+the order it handled them (its stream's order) at the show time it handled them
+(the ``t_ms`` of what it emitted then), and what it emits is compared with what
+was recorded, field by field (the wall-clock ``at_ms`` and a frame's measured
+lateness are observations, not outputs).  Model outputs (LLM text, TTS audio) and
+timing (which viseme track a frame found) are inputs: they come from the store.
+
+- director: danmaku in, cues / merges / rejections out;
+- lipsync: audio chunks in, viseme tracks out;
+- render: each recorded frame is drawn again from its viseme track and its JPEG
+  digest compared with the recorded one.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import hashlib
+import os
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+from sqlalchemy import Engine
+
+from actors.base import Actor, Context
+from events import codec
+from events.audio import AudioChunk
+from events.base import Event
+from events.danmaku import DanmakuReceived
+from events.frame import FrameRendered
+from events.run import RunStarted
+from events.viseme import VisemeTrack
+from infra.settings import Settings, for_run, load_settings
+from store.queries import Row, iter_rows, run_info, run_started
+
+ACTORS = ("director", "lipsync", "render")
+IGNORED = {"at_ms"}
+IGNORED_PAYLOAD = {"late_ms", "jpeg"}
+
+
+@dataclass(frozen=True, slots=True)
+class Divergence:
+    """The first event whose re-execution differs from the recording."""
+
+    actor: str
+    pos: int                      # store position of the recorded event (or of the input)
+    event_id: str
+    type: str
+    what: str                     # "differs", "missing" (recorded, not re-emitted), "unexpected"
+    expected: dict[str, Any] | None
+    actual: dict[str, Any] | None
+    chain: tuple[dict[str, Any], ...]  # the causal chain that led to it, root first
+
+
+@dataclass(slots=True)
+class Verification:
+    run: str
+    show_ms: int
+    checked: dict[str, int] = field(default_factory=dict)
+    divergence: Divergence | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.divergence
+        return {
+            "run": self.run, "divergences": 0 if d is None else 1, "checked": self.checked,
+            "seconds": round(self.seconds, 3), "show_ms": self.show_ms,
+            "x_realtime": round(self.show_ms / 1000 / self.seconds, 1) if self.seconds else None,
+            "first_divergence": None if d is None else {
+                "actor": d.actor, "pos": d.pos, "id": d.event_id, "type": d.type, "what": d.what,
+                "expected": d.expected, "actual": d.actual, "chain": list(d.chain),
+            },
+        }
+
+
+def comparable(event: Event, digest: str | None = None) -> dict[str, Any]:
+    """An event as compared: its JSON without observations, plus its blob's digest."""
+    json_part, blob = codec.split(codec.encode(event))
+    doc = orjson.loads(json_part)
+    for key in IGNORED:
+        doc.pop(key, None)
+    payload = doc.get("payload", {})
+    for key in IGNORED_PAYLOAD:
+        payload.pop(key, None)
+    if blob is not None or digest is not None:
+        doc["blob_sha256"] = digest if digest is not None else hashlib.sha256(blob or b"").hexdigest()
+    return doc
+
+
+def _recorded_digest(row: Row) -> str | None:
+    if row.blob_digest is not None:
+        return row.blob_digest
+    if isinstance(row.event, FrameRendered):
+        return hashlib.sha256(row.event.jpeg).hexdigest()
+    return None
+
+
+class _Recording:
+    def __init__(self, rows: list[Row]) -> None:
+        self.rows = rows
+        self.by_id = {r.event.id: r for r in rows}
+        self.by_cause: dict[str, list[Row]] = {}
+        for r in rows:
+            if r.event.causation:
+                self.by_cause.setdefault(r.event.causation, []).append(r)
+
+    def chain(self, event_id: str) -> tuple[dict[str, Any], ...]:
+        out = []
+        seen = set()
+        row = self.by_id.get(event_id)
+        while row is not None and row.event.id not in seen:
+            seen.add(row.event.id)
+            out.append({"pos": row.pos, "type": row.event.type, "id": row.event.id, "t_ms": row.event.t_ms})
+            row = self.by_id.get(row.event.causation or "")
+        return tuple(reversed(out))
+
+
+def _handled_in_order(rows: Iterable[Row], kind: type[Event]) -> list[Row]:
+    """An actor's inputs in the order its consumer was given them (stream order)."""
+    return sorted((r for r in rows if isinstance(r.event, kind)), key=lambda r: (r.stream_seq or 0, r.seq))
+
+
+def _replay_handler(
+    name: str, actor: Actor, run: RunStarted, inputs: list[Row], owned: frozenset[str], rec: _Recording,
+) -> Iterator[Divergence | int]:
+    """Feed one actor its inputs; yields divergences, and the count checked at the end."""
+    produced: set[str] = set()
+    now = 0
+    checked = 0
+    for row in inputs:
+        mine = [r for r in rec.by_cause.get(row.event.id, []) if r.event.type in owned]
+        if mine:
+            now = min(r.event.t_ms for r in mine)
+        for out in actor.handle(row.event, Context(run, now)):
+            produced.add(out.id)
+            recorded = rec.by_id.get(out.id)
+            actual = comparable(out)
+            if recorded is None:
+                yield Divergence(name, row.pos, out.id, out.type, "unexpected", None, actual,
+                                 rec.chain(row.event.id))
+                continue
+            expected = comparable(recorded.event, _recorded_digest(recorded))
+            checked += 1
+            if expected != actual:
+                yield Divergence(name, recorded.pos, out.id, out.type, "differs", expected, actual,
+                                 rec.chain(out.id))
+    handled = {i.event.id for i in inputs}
+    for row in rec.rows:
+        if row.event.type in owned and row.event.id not in produced and row.event.causation in handled:
+            yield Divergence(name, row.pos, row.event.id, row.event.type, "missing",
+                             comparable(row.event, _recorded_digest(row)), None, rec.chain(row.event.id))
+    yield checked
+
+
+def _frames(run: RunStarted, settings: Settings, rec: _Recording, workers: int) -> Iterator[Divergence | int]:
+    from actors.render import FrameMemo, draw_frame, stage_renderer
+
+    frames = sorted((r for r in rec.rows if isinstance(r.event, FrameRendered)), key=lambda r: r.event.n)  # type: ignore[attr-defined]
+    renderers: dict[str, Any] = {}
+    roles: tuple[str, ...] = ()
+    quality = for_run(settings, run.config).jpeg_quality
+    jobs = []
+    for row in frames:
+        frame = row.event
+        assert isinstance(frame, FrameRendered)
+        if frame.resolution not in renderers:
+            renderer, roles = stage_renderer(run)
+            renderer.set_resolution(frame.resolution)
+            renderers[frame.resolution] = renderer
+        track_row = rec.by_id.get(frame.track) if frame.track else None
+        if frame.track and (track_row is None or not isinstance(track_row.event, VisemeTrack)):
+            yield Divergence("render", row.pos, frame.id, frame.type, "differs", comparable(frame, _recorded_digest(row)),
+                             None, rec.chain(frame.id))
+            continue
+        track = track_row.event if track_row is not None else None
+        jobs.append((row, renderers[frame.resolution], track))
+
+    def draw(job: tuple[Row, Any, VisemeTrack | None]) -> tuple[Row, dict[str, Any]]:
+        row, renderer, track = job
+        assert isinstance(row.event, FrameRendered)
+        return row, comparable(draw_frame(renderer, run, roles, row.event.n, track, quality, memo=memo))
+
+    memo = FrameMemo(512)
+    checked = 0
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        for row, actual in pool.map(draw, jobs):
+            checked += 1
+            expected = comparable(row.event, _recorded_digest(row))
+            if expected != actual:
+                yield Divergence("render", row.pos, row.event.id, row.event.type, "differs", expected, actual,
+                                 rec.chain(row.event.id))
+                break
+    yield checked
+
+
+def verify(
+    engine: Engine, run: str, actors: Sequence[str] = ACTORS, settings: Settings | None = None,
+    workers: int | None = None, build: Callable[[str, Settings], Actor] | None = None,
+) -> Verification:
+    """Re-execute the deterministic actors of a recorded run; the first divergence, if any."""
+    started = time.perf_counter()
+    info = run_info(engine, run)
+    rows = list(iter_rows(engine, run))
+    start = run_started(rows)
+    settings = settings or load_settings(environ={})
+    rec = _Recording(rows)
+    result = Verification(run, info.duration_ms or max((r.event.t_ms for r in rows), default=0))
+    found: list[Divergence] = []
+    make = build or _build
+    for name in actors:
+        if name == "director":
+            stream = _replay_handler(name, make(name, settings), start, _handled_in_order(rows, DanmakuReceived),
+                                     frozenset({"cue.issued", "cue.merged", "danmaku.rejected"}), rec)
+        elif name == "lipsync":
+            stream = _replay_handler(name, make(name, settings), start, _handled_in_order(rows, AudioChunk),
+                                     frozenset({"viseme.track"}), rec)
+        elif name == "render":
+            stream = _frames(start, settings, rec, workers or min(4, os.cpu_count() or 1))
+        else:
+            raise ValueError(f"cannot re-execute {name!r}; one of {', '.join(ACTORS)}")
+        for item in stream:
+            if isinstance(item, Divergence):
+                found.append(item)
+            else:
+                result.checked[name] = item
+    result.divergence = min(found, key=lambda d: d.pos) if found else None
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _build(name: str, settings: Settings) -> Actor:
+    if name == "director":
+        from actors.director import Director
+        return Director(settings)
+    from actors.lipsync import LipsyncActor
+    return LipsyncActor()
+
+
+def format_verification(v: Verification) -> str:
+    checked = ", ".join(f"{n} {c}" for n, c in v.checked.items())
+    head = f"re-executed {checked} events of run {v.run} in {v.seconds:.2f} s"
+    d = v.divergence
+    if d is None:
+        return f"{head}\n0 divergences"
+    lines = [head, f"1 divergence (the first): {d.actor} {d.what} {d.type} {d.event_id} at store position {d.pos}"]
+    if d.expected is not None and d.actual is not None:
+        for key in sorted(set(_flat(d.expected)) | set(_flat(d.actual))):
+            a, b = _flat(d.expected).get(key), _flat(d.actual).get(key)
+            if a != b:
+                lines.append(f"  {key}: expected {_short(a)}, got {_short(b)}")
+    elif d.expected is not None:
+        lines.append(f"  expected {_short(d.expected)}; re-execution did not emit it")
+    else:
+        lines.append(f"  re-execution emitted {_short(d.actual)}; the recording has no such event")
+    lines.append("  causal chain:")
+    lines += [f"    #{c['pos']} {c['type']} {c['id']} at {c['t_ms']} ms" for c in d.chain]
+    return "\n".join(lines)
+
+
+def _flat(doc: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in doc.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _short(value: Any, limit: int = 160) -> str:
+    text = orjson.dumps(value).decode() if not isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -35,6 +35,6 @@ class RecorderActor(Actor):
                 meta.stream, meta.consumer,
             ))
         self.writer.append(recorded)
-        if self.metrics is not None and items:
-            newest = max(e.at_ms for e, _ in items)
+        newest = max((e.at_ms for e, _ in items), default=0)
+        if self.metrics is not None and newest > 0:  # at_ms 0: a producer that did not stamp it
             self.metrics.recorder_lag.set(max(0.0, time.time() - newest / 1000))

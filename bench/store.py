@@ -3,10 +3,11 @@
 ``python -m bench.store [--json] [--events N] [--show-s S] [--repeats R] [--no-postgres]``
 
 1. Recorder ingest into SQLite and PostgreSQL: the recorder's write path
-   (``EventWriter.append``: dedupe, per-run sequence, run lifecycle, consumer
-   position, one transaction per fetched batch of 64) against a plain SQLAlchemy
-   bulk insert of the same prepared rows in batches of 64, alternating, on fresh
-   databases; ratio of the medians.
+   (``EventWriter.append``: rows from the events, dedupe, per-run sequence, run
+   lifecycle, consumer position, one transaction per fetched batch of 64) against
+   a plain SQLAlchemy bulk insert of the same rows (made from the same events by
+   the same function, numbered, one ``insert(events)`` per batch of 64),
+   alternating, on fresh databases; ratio of the medians.
 2. A 720p show of ``S`` seconds with every actor in this process: the recorder's
    lag (age of the newest event at commit, sampled every 100 ms).
 3. Playback of that run at ``--max`` (``store.playback.publish``) against raw
@@ -104,14 +105,12 @@ def ingest(url: str, items: list[Recorded], repeats: int) -> dict[str, Any]:
                     writer.append(batch_items[k:k + BATCH])
                 troupe.append(len(items) / (time.perf_counter() - t0))
             else:
-                rows = []
-                for n, item in enumerate(batch_items):
-                    row = writer.row(item)
-                    row["seq"] = n
-                    rows.append(row)
                 t0 = time.perf_counter()
-                for k in range(0, len(rows), BATCH):
-                    plain_insert(engine, rows[k:k + BATCH])
+                for k in range(0, len(batch_items), BATCH):
+                    rows = [writer.row(item) for item in batch_items[k:k + BATCH]]
+                    for n, row in enumerate(rows, start=k):
+                        row["seq"] = n
+                    plain_insert(engine, rows)
                 plain.append(len(items) / (time.perf_counter() - t0))
     engine.dispose()
     return {"troupe_eps": median(troupe), "plain_eps": median(plain), "ratio": median(troupe) / median(plain),
@@ -151,8 +150,9 @@ async def show_and_replay(show_s: float, repeats: int) -> dict[str, Any]:
             result = await run_show(stage, show_from_dict(doc), show_s)
             stop.set()
             sampler.join()
-            engine = stage.engine
-            verification = reexec.verify(engine, result.run, settings=settings)
+        engine = Stage(settings).engine
+        verification = reexec.verify(engine, result.run, settings=settings)
+        async with Stage(settings) as stage:  # NATS alone: nothing else competes with the publishing
             troupe_rates, raw_rates = [], []
             n_messages = 0
             for r in range(repeats):

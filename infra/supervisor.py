@@ -139,8 +139,9 @@ class Stage:
 
     async def publish(self, events: Sequence[Event]) -> None:
         """Publish events and wait until JetStream stored them all."""
+        now = int(time.time() * 1000)
         futures = [
-            await self.js.publish_async(subject_for(e), codec.encode(e), headers={"Nats-Msg-Id": e.id})
+            await self.js.publish_async(subject_for(e), codec.encode(e, at_ms=now), headers={"Nats-Msg-Id": e.id})
             for e in events
         ]
         await asyncio.gather(*futures)

@@ -62,7 +62,7 @@ def open_engine(url: str, migrate: bool = True) -> Engine:
                 cur.close()
         else:
             engine = create_engine(
-                parsed, pool_pre_ping=True, connect_args={"connect_timeout": 5},
+                parsed, pool_pre_ping=True, connect_args={"connect_timeout": 5, "options": "-c plan_cache_mode=force_custom_plan"},
             )
         if migrate:
             upgrade(engine)

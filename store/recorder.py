@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from sqlalchemy import Engine, func, insert, select, update
+from sqlalchemy import Engine, bindparam, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
 
 from events import codec
 from events.base import Event
@@ -48,7 +49,18 @@ class EventWriter:
             raise ValueError(f"unsupported store dialect {self.dialect!r}")
         self._ins: Any = sqlite.insert if self.dialect == "sqlite" else postgresql.insert
         self._greatest: Any = func.max if self.dialect == "sqlite" else func.greatest
-        self._insert_events = self._ins(events).on_conflict_do_nothing(index_elements=["id"])
+        self._insert_events = insert(events)
+        # Built once: the per-batch statements only take parameters.
+        self._known = select(events.c.id).where(events.c.id.in_(bindparam("ids", expanding=True)))
+        counter = self._ins(runs).values(id=bindparam("run"), status="running", next_seq=bindparam("n"))
+        self._count = counter.on_conflict_do_update(
+            index_elements=["id"], set_={"next_seq": runs.c.next_seq + counter.excluded.next_seq},
+        ).returning(runs.c.next_seq)
+        position = self._ins(consumers)
+        self._position = position.on_conflict_do_update(index_elements=["name"], set_={
+            "last_stream_seq": self._greatest(consumers.c.last_stream_seq, position.excluded.last_stream_seq),
+            "updated_at_ms": position.excluded.updated_at_ms, "stream": position.excluded.stream,
+        })
 
     def row(self, item: Recorded) -> dict[str, Any]:
         """The events row for one recorded event (without its per-run ``seq``)."""
@@ -69,26 +81,34 @@ class EventWriter:
             "headers": orjson.dumps(item.headers).decode() if item.headers else None,
         }
 
-    def append(self, items: Sequence[Recorded]) -> int:
+    def append(self, items: Sequence[Recorded], attempts: int = 3) -> int:
         """Write a batch in one transaction; returns how many events were new."""
         if not items:
             return 0
+        # Most batches are new events: insert them straight away and let the unique index
+        # catch a batch that holds some already stored (a redelivery); the transaction is
+        # rolled back, and the batch written again without the ones the store has.
+        for attempt in range(attempts + 1):
+            try:
+                return self._append(items, dedupe=attempt > 0)
+            except IntegrityError:
+                if attempt == attempts:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _append(self, items: Sequence[Recorded], dedupe: bool) -> int:
         unique: dict[str, Recorded] = {}
         for item in items:
             unique.setdefault(item.event.id, item)
         with self.engine.begin() as conn:
-            known = set(conn.execute(select(events.c.id).where(events.c.id.in_(list(unique)))).scalars())
+            known = set(conn.execute(self._known, {"ids": list(unique)}).scalars()) if dedupe else set()
             fresh = [i for i in unique.values() if i.event.id not in known]
             rows = [self.row(i) for i in fresh]
             per_run: dict[str, list[dict[str, Any]]] = {}
             for r in rows:
                 per_run.setdefault(r["run"], []).append(r)
             for run, run_rows in per_run.items():
-                end = conn.execute(
-                    self._ins(runs).values(id=run, status="running", next_seq=len(run_rows))
-                    .on_conflict_do_update(index_elements=["id"], set_={"next_seq": runs.c.next_seq + len(run_rows)})
-                    .returning(runs.c.next_seq)
-                ).scalar_one()
+                end = conn.execute(self._count, {"run": run, "n": len(run_rows)}).scalar_one()
                 for n, r in enumerate(run_rows, start=end - len(run_rows)):
                     r["seq"] = n
             if rows:
@@ -115,15 +135,12 @@ class EventWriter:
             if i.consumer and i.stream and i.stream_seq is not None:
                 key = (i.consumer, i.stream)
                 last[key] = max(last.get(key, 0), i.stream_seq)
-        now = int(time.time() * 1000)
-        for (name, stream), seq in last.items():
-            conn.execute(
-                self._ins(consumers).values(name=name, stream=stream, last_stream_seq=seq, updated_at_ms=now)
-                .on_conflict_do_update(index_elements=["name"], set_={
-                    "last_stream_seq": self._greatest(consumers.c.last_stream_seq, seq),
-                    "updated_at_ms": now, "stream": stream,
-                })
-            )
+        if last:
+            now = int(time.time() * 1000)
+            conn.execute(self._position, [
+                {"name": name, "stream": stream, "last_stream_seq": seq, "updated_at_ms": now}
+                for (name, stream), seq in last.items()
+            ])
 
 
 def plain_insert(engine: Engine, rows: Sequence[dict[str, Any]]) -> None:

@@ -48,6 +48,8 @@ class Actor:
     # Handle the events of a playback (a run re-published from the store, ``replay_of`` set).
     # Other actors leave playbacks alone: the recorded outputs are replayed with the inputs.
     plays_replays: ClassVar[bool] = False
+    # Publish per-run observations (hop latency, handler time, queues) for the QoS actor.
+    observed: ClassVar[bool] = True
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
         """Turn one input event into output events (no I/O, no wall clock)."""
@@ -78,3 +80,39 @@ class Actor:
 
 class HandlerError(Exception):
     """A handler failed permanently on an input: dead-letter it at once, no retry."""
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """How a scheduled actor describes one input to its scheduler."""
+
+    role: str
+    tokens: int = 1
+    weight: float = 1.0          # the role's base weight (times its QoS factor)
+    deadline_ms: int = 0         # show time after which the input is dropped; 0: none
+    batch_key: object = None     # what may share a batch besides the role (e.g. the voice)
+
+
+class ScheduledActor(Actor):
+    """An actor whose inputs wait in a role-aware scheduler (schedulers.batching).
+
+    The runtime queues each input ``work()`` describes, then hands the actor
+    batches of one role, best priority first, through ``handle_batch``; an input
+    whose deadline passes while it waits goes to ``expired`` instead, which returns
+    the events that say it was dropped.  Inputs ``work()`` returns None for are
+    handled at once (control events).
+    """
+
+    max_batch: ClassVar[int] = 8
+    token_budget: ClassVar[int] = 512
+
+    def work(self, event: Event, ctx: Context) -> Work | None:
+        raise NotImplementedError
+
+    def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Sequence[Event]]:
+        """The outputs of each input of a batch (one role, one run), in order."""
+        return [self.handle(e, ctx) for e in events]
+
+    def expired(self, event: Event, ctx: Context) -> Sequence[Event]:
+        """Events saying that ``event`` was dropped because its deadline passed."""
+        return ()

@@ -16,7 +16,7 @@ from events.cue import CueIssued, CueMerged
 from events.danmaku import DanmakuReceived, DanmakuRejected
 from infra.settings import Settings, for_run
 
-KINDS = ("comment", "gift")
+KINDS = ("comment", "gift", "moderator")
 MAX_USER_CHARS = 64
 SPEECH_ESTIMATE_MS = 3000
 _MENTION = re.compile(r"@([\w\-]+)", re.UNICODE)
@@ -27,6 +27,13 @@ _WORD = re.compile(r"[a-z0-9']+")
 def _mentions(keyword: str, folded: str, words: set[str]) -> bool:
     """Latin keywords match whole words ("eat" not in "weather"); CJK ones match anywhere."""
     return keyword in words if keyword.isascii() else keyword in folded
+
+
+def _priority(weight: float, kind: str, interrupt: float) -> float:
+    """A cue's priority: the role's weight, doubled for a gift; a moderator line always interrupts."""
+    if kind == "moderator":
+        return max(interrupt, weight)
+    return weight * (2.0 if kind == "gift" else 1.0)
 
 
 def normalise(text: str) -> str:
@@ -114,7 +121,7 @@ class Director(Actor):
             id=event.derive("cue"), run=event.run, role=role, causation=event.id,
             correlation=event.id, t_ms=ctx.now_ms, seq=state.cues, user=event.user,
             text=event.text, danmaku=(event.id,), routed_by=routed_by,
-            priority=spec.weight * (2.0 if event.kind == "gift" else 1.0),
+            priority=_priority(spec.weight, event.kind, state.settings.interrupt_priority),
             deadline_ms=ctx.now_ms + state.settings.cue_deadline_ms,
         )
         state.recent.append(_Recent(key, cue.id, ctx.now_ms))
@@ -149,6 +156,8 @@ class Director(Actor):
 
     def _merge_target(self, state: _RunState, key: str, now_ms: int) -> str | None:
         window = state.settings.merge_window_ms
+        if window <= 0:  # merging is off
+            return None
         for recent in reversed(state.recent):
             if now_ms - recent.t_ms > window:
                 break

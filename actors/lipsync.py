@@ -11,14 +11,17 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from actors.base import Actor, Context, Input
 from actors.visemes import viseme_for
 from events.audio import AudioChunk
 from events.base import Event
-from events.viseme import VisemeMark, VisemeTrack
+from events.utterance import UtteranceDropped
+from events.viseme import VisemeCut, VisemeMark, VisemeTrack
 
 ANTICIPATION_MS = 20
+DEFAULT_INTERRUPT = 4.0  # TROUPE_INTERRUPT_PRIORITY, recorded in run.started.config
 
 
 def visemes_of(chunk: AudioChunk, start_ms: int) -> tuple[VisemeMark, ...]:
@@ -57,6 +60,8 @@ class _Utterance:
     cursor_ms: int | None = None
     tracks: int = 0
     done: bool = False
+    dropped_from: int | None = None  # chunks from this seq on were dropped (deadline, interruption)
+    priority: float = 1.0
 
 
 @dataclass(slots=True)
@@ -71,29 +76,80 @@ class LipsyncActor(Actor):
     """Audio chunks in, viseme tracks on the show timeline out."""
 
     name = "lipsync"
-    inputs = (Input("audio"),)
+    inputs = (Input("audio"), Input("utterance", ("troupe.*.utterance.dropped.>",)))
 
     def __init__(self, lead_ms: int = 0) -> None:
         self.lead_ms = lead_ms
         self._stages: dict[str, _Stage] = {}
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
+        if isinstance(event, UtteranceDropped):
+            return self._dropped(event, ctx)
         if not isinstance(event, AudioChunk):
             return ()
         stage = self._stages.setdefault(event.run, _Stage())
         utt = stage.known.get(event.utterance)
+        out: list[Event] = []
+        if utt is None:
+            utt = stage.known[event.utterance] = _Utterance(event.utterance, priority=event.priority)
+            stage.waiting.append(utt)
+            out += self._interrupt(stage, utt, event, ctx)
+        key = (event.seq, event.part)
+        if key < utt.next_key or key in utt.pending or utt.done:
+            return ()  # a redelivered chunk that was already placed, or one of a finished reply
+        if utt.dropped_from is not None and event.seq >= utt.dropped_from:
+            return ()  # spoken after its reply was cut
+        utt.pending[key] = event
+        return out + self._advance(stage, ctx.now_ms)
+
+    @staticmethod
+    def _interrupt(stage: _Stage, utt: _Utterance, chunk: AudioChunk, ctx: Context) -> list[Event]:
+        """A reply urgent enough takes the floor now: the speaking one is cut where it is."""
+        threshold = float((ctx.run.config if ctx.run else {}).get("interrupt_priority", DEFAULT_INTERRUPT))
+        cut = stage.speaking
+        if utt.priority < threshold or cut is None or cut.priority >= threshold:
+            return []
+        now = ctx.now_ms
+        cut.done, cut.dropped_from = True, cut.next_key[0] + (0 if cut.next_key[1] == 0 else 1)
+        cut.pending.clear()
+        stage.speaking = None
+        stage.floor_end_ms = min(stage.floor_end_ms, now)
+        stage.waiting.remove(utt)
+        stage.waiting.appendleft(utt)
+        common: dict[str, Any] = {"run": chunk.run, "causation": chunk.id, "correlation": chunk.correlation, "t_ms": now}
+        return [
+            UtteranceDropped(
+                id=chunk.derive(f"cut:{cut.id}"), role=None, utterance=cut.id, from_seq=cut.dropped_from,
+                reason=f"interrupted by {utt.id} (priority {utt.priority:g} >= {threshold:g})", **common,
+            ),
+            VisemeCut(id=chunk.derive(f"cutat:{cut.id}"), role=None, utterance=cut.id, at_ms=now, by=utt.id, **common),
+        ]
+
+    def _dropped(self, event: UtteranceDropped, ctx: Context) -> list[Event]:
+        """The rest of a reply will not come: it gives up the floor once its earlier chunks are placed."""
+        stage = self._stages.setdefault(event.run, _Stage())
+        utt = stage.known.get(event.utterance)
         if utt is None:
             utt = stage.known[event.utterance] = _Utterance(event.utterance)
-            stage.waiting.append(utt)
-        key = (event.seq, event.part)
-        if key < utt.next_key or key in utt.pending:
-            return ()  # a redelivered chunk that was already placed
-        utt.pending[key] = event
+            utt.done = True  # nothing of it was ever spoken: ignore stray chunks
+            utt.dropped_from = event.from_seq
+            return []
+        if utt.dropped_from is None or event.from_seq < utt.dropped_from:
+            utt.dropped_from = event.from_seq
+        for key in [k for k in utt.pending if k[0] >= event.from_seq]:
+            del utt.pending[key]
         return self._advance(stage, ctx.now_ms)
 
     def _advance(self, stage: _Stage, now_ms: int) -> list[Event]:
         out: list[Event] = []
         while True:
+            speaking = stage.speaking
+            if speaking is not None and speaking.dropped_from is not None and speaking.next_key[0] >= speaking.dropped_from:
+                speaking.done = True
+                stage.speaking = None
+            for waiting in [u for u in stage.waiting if u.dropped_from is not None and u.next_key[0] >= u.dropped_from]:
+                waiting.done = True
+                stage.waiting.remove(waiting)
             if stage.speaking is None:
                 ready = next((u for u in stage.waiting if u.next_key in u.pending), None)
                 if ready is None:
@@ -122,5 +178,5 @@ class LipsyncActor(Actor):
             id=chunk.derive("visemes"), run=chunk.run, role=chunk.role, causation=chunk.id,
             correlation=chunk.correlation, t_ms=now_ms, utterance=chunk.utterance,
             audio=chunk.id, seq=utt.tracks - 1, start_ms=start, end_ms=end, text=chunk.text,
-            visemes=visemes_of(chunk, start), last=chunk.last,
+            visemes=visemes_of(chunk, start), last=chunk.last, chunk=chunk.seq, chunk_done=chunk.part_last,
         )

@@ -20,6 +20,7 @@ class RecorderActor(Actor):
     name = "recorder"
     inputs = tuple(Input(f) for f in FAMILIES)
     accepts_unknown_runs = True
+    observed = False  # it watches everything; its own latency is the recorder lag metric
 
     def __init__(self, writer: EventWriter, metrics: Metrics | None = None) -> None:
         self.writer = writer

@@ -11,14 +11,21 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.backends.render_torch import RoleLook, RoleState, StageRenderer, encode_jpeg
+from actors.backends.render_torch import (
+    RESOLUTIONS,
+    RoleLook,
+    RoleState,
+    StageRenderer,
+    encode_jpeg,
+)
 from actors.base import Actor, Context, Input
 from actors.show import show_from_dict
+from actors.visemes import cut_track
 from events.base import Event, derive_id
 from events.frame import FrameRendered, SpeakingMark
-from events.qos import ResolutionChanged
+from events.qos import FramesObserved, QosObserved, ResolutionChanged
 from events.run import RunEnded, RunStarted
-from events.viseme import VisemeTrack
+from events.viseme import VisemeCut, VisemeTrack
 from infra.settings import Settings, for_run
 
 log = logging.getLogger(__name__)
@@ -66,6 +73,10 @@ class _Show:
     starts: list[int] = field(default_factory=list)
     skipped: int = 0
     resolution: str | None = None  # a decided change, applied before the next frame
+    # The current observation window: lateness of the frames drawn, frames skipped.
+    window_late: list[float] = field(default_factory=list)
+    window_skipped: int = 0
+    cuts: dict[str, int] = field(default_factory=dict)  # interrupted utterance -> where it stopped
 
 
 class RenderActor(Actor):
@@ -77,6 +88,7 @@ class RenderActor(Actor):
 
     def __init__(self, settings: Settings, device: str = "cpu") -> None:
         self.settings = settings
+        self.slow_render_ms = settings.slow_render_ms  # fault injection; may be changed while running
         self.device = device
         self._shows: dict[str, _Show] = {}
 
@@ -108,9 +120,19 @@ class RenderActor(Actor):
         if isinstance(event, RunEnded):
             show.end_ms = event.duration_ms
         elif isinstance(event, VisemeTrack):
+            if event.utterance in show.cuts:  # placed before the cut arrived: cut it too
+                cut = cut_track(event, show.cuts[event.utterance])
+                if cut is None:
+                    return ()
+                event = cut
             i = bisect.bisect(show.starts, event.start_ms)
             show.starts.insert(i, event.start_ms)
             show.tracks.insert(i, event)
+        elif isinstance(event, VisemeCut):
+            show.cuts[event.utterance] = event.at_ms
+            kept = [c for t in show.tracks if (c := (cut_track(t, event.at_ms) if t.utterance == event.utterance else t))]
+            show.tracks = kept
+            show.starts = [t.start_ms for t in kept]
         elif isinstance(event, ResolutionChanged):
             show.resolution = event.after
         return ()
@@ -131,10 +153,53 @@ class RenderActor(Actor):
             due = min(due, int(show.end_ms // show.frame_ms) - 1)
         if due - show.next_frame >= 2:  # more than a frame behind: drop to the present
             show.skipped += due - show.next_frame
+            show.window_skipped += due - show.next_frame
             show.next_frame = due
         n = show.next_frame
         show.next_frame += 1
-        return [self._frame(show, n, ctx.now_ms)]
+        frame = self._frame(show, n, ctx.now_ms)
+        show.window_late.append(frame.late_ms)
+        out: list[Event] = [frame]
+        if len(show.window_late) + show.window_skipped >= ctx.run.fps:  # one second of frames
+            out.append(self._observed(show, frame))
+            gpu = self._gpu_memory()
+            if gpu is not None:
+                out.append(QosObserved(
+                    id=derive_id(show.run.id, f"gpu{frame.n}"), run=show.run.run, t_ms=frame.t_ms,
+                    metric="gpu_memory_fraction", value=round(gpu, 4), source="render",
+                ))
+        return out
+
+    def _gpu_memory(self) -> float | None:
+        """The share of the GPU's memory torch holds, when rendering on CUDA."""
+        if not self.device.startswith("cuda"):
+            return None
+        import torch
+
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        return float(torch.cuda.memory_reserved(self.device)) / total if total else None
+
+    @staticmethod
+    def _observed(show: _Show, last: FrameRendered) -> FramesObserved:
+        late = sorted(show.window_late)
+        due = len(late) + show.window_skipped
+        obs = FramesObserved(
+            id=derive_id(show.run.id, f"frames{last.n}"), run=show.run.run, t_ms=last.t_ms,
+            window_end_ms=last.t_ms, frames=len(late), lateness_p99_ms=late[max(0, -(-99 * len(late) // 100) - 1)],
+            loss=show.window_skipped / due, resolution=last.resolution,
+        )
+        show.window_late.clear()
+        show.window_skipped = 0
+        return obs
+
+    def slow_ms(self, show: _Show) -> float:
+        """The injected extra cost of a frame: ``slow_render_ms`` at the run's resolution, scaled by
+        the pixels of the current one (a real renderer gets cheaper as the picture shrinks)."""
+        if self.slow_render_ms <= 0:
+            return 0.0
+        w0, h0 = RESOLUTIONS[show.run.resolution]
+        w, h = show.renderer.size
+        return self.slow_render_ms * (w * h) / (w0 * h0)
 
     def _frame(self, show: _Show, n: int, now_ms: int) -> FrameRendered:
         t = int(n * show.frame_ms)
@@ -144,7 +209,7 @@ class RenderActor(Actor):
         self._forget_before(show, t - SUBTITLE_HOLD_MS)
         i = bisect.bisect_right(show.starts, t) - 1
         track = show.tracks[i] if i >= 0 else None
-        slow_ms = self.settings.slow_render_ms
+        slow_ms = self.slow_ms(show)
         return draw_frame(
             show.renderer, show.run, show.roles, n, track, show.quality,
             late_ms=float(max(0, now_ms - t - self.settings.render_delay_ms)),

@@ -14,6 +14,7 @@ import concurrent.futures
 import contextlib
 import functools
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,19 +25,24 @@ from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from actors.base import Actor, Context, HandlerError
+from actors.base import Actor, Context, HandlerError, ScheduledActor
 from events import codec
 from events.base import DecodeError, Event, derive_id
 from events.error import DeadLettered
+from events.qos import QosObserved
 from events.run import RunStarted
 from events.subjects import is_token, run_of, stream_name, subject_for
 from infra.bus import ConsumerSpec, provision_consumers
 from infra.metrics import Metrics
 from infra.settings import Settings
+from schedulers.batching import Job, RoleScheduler
+from schedulers.priority import PriorityPolicy
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 RESTARTS = 5
+OBSERVE_PERIOD_S = 1.0  # how often a runtime publishes its observations (qos.observed)
+_INSTANCE = f"{os.getpid()}-{time.time_ns()}"  # tells apart the observations of two processes
 
 
 @dataclass(slots=True)
@@ -50,6 +56,8 @@ class Delivery:
     futures: list[asyncio.Future[Any]] = field(default_factory=list)
     error: str | None = None
     permanent: bool = False
+    queued: bool = False      # waiting in the actor's scheduler
+    progress_ms: int = 0      # when JetStream was last told it is still being worked on
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +168,17 @@ class ActorRuntime:
         self._handler_seconds = metrics.handler_seconds.labels(name)
         self._published: dict[str, Any] = {}
         self._hops: dict[str, Any] = {}
+        # Scheduled actors: inputs wait here and are handled in batches of one role.
+        self._sched: RoleScheduler | None = None
+        if isinstance(actor, ScheduledActor):
+            self._sched = RoleScheduler(
+                PriorityPolicy(), actor.max_batch, actor.token_budget, fifo=settings.scheduler == "fifo",
+            )
+        self._working = 0
+        self._work_ready = asyncio.Event()
+        self._observed = 0
+        self._samples: dict[tuple[str, str], list[float]] = {}  # (run, input type | "handler") -> ms
+        self._queued_runs: set[str] = set()
 
     def consumer_specs(self) -> list[ConsumerSpec]:
         """The durable consumers this actor needs, one per input family."""
@@ -182,6 +201,10 @@ class ActorRuntime:
             self._spawn(functools.partial(self._fetch_loop, sub, spec), f"{self.actor.name}:fetch:{spec.family}")
         if type(self.actor).tick is not Actor.tick:
             self._spawn(self._tick_loop, f"{self.actor.name}:tick")
+        if self._sched is not None:
+            self._spawn(self._work_loop, f"{self.actor.name}:work")
+        if self.actor.observed:
+            self._spawn(self._observe_loop, f"{self.actor.name}:observe")
         self._spawn(functools.partial(self._depth_loop, specs), f"{self.actor.name}:depth")
         return self
 
@@ -227,6 +250,10 @@ class ActorRuntime:
         for task in done:
             if not task.cancelled() and task.exception() is not None:
                 log.error("%s ended with %r", task.get_name(), task.exception())
+        if self._sched is not None:  # work that waited in the scheduler goes back to JetStream
+            for job in list(self._sched):
+                with contextlib.suppress(Exception):
+                    await job.payload.msg.nak()
         for sub in self._subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -263,7 +290,7 @@ class ActorRuntime:
 
     async def _fetch_loop(self, sub: Any, spec: ConsumerSpec) -> None:
         while not self._stopping.is_set():
-            room = min(self.settings.fetch_batch, self.settings.max_inflight - self._inflight)
+            room = min(self.settings.fetch_batch, self.settings.max_inflight - self._inflight - self._waiting())
             if room <= 0:
                 await asyncio.sleep(0.005)
                 continue
@@ -293,10 +320,16 @@ class ActorRuntime:
                 await self._consume_batch(batch)
             else:
                 for d in batch:
+                    if self._sched is not None and await self._enqueue(d):
+                        continue
                     await self._handle(d)
             for d in deliveries:
-                if d.outputs:
+                if d.outputs and not d.queued:
                     await self._publish(d, d.outputs)
+        await self._complete([d for d in deliveries if not d.queued])
+
+    async def _complete(self, deliveries: list[Delivery]) -> None:
+        """Wait until the deliveries' outputs are stored, then ack (or retry) each."""
         futures = [f for d in deliveries for f in d.futures]
         if futures:
             await asyncio.wait(futures)
@@ -332,7 +365,10 @@ class ActorRuntime:
         if hop is None:
             hop = self._hops[event.type] = self.metrics.hop_latency.labels(f"{event.type}>{self.actor.name}")
         if event.at_ms:
-            hop.observe(max(0.0, self.clock() - event.at_ms / 1000))
+            seconds = max(0.0, self.clock() - event.at_ms / 1000)
+            hop.observe(seconds)
+            if self.actor.observed:
+                self._samples.setdefault((event.run, event.type), []).append(seconds * 1000)
         return None
 
     async def _undecodable(self, d: Delivery, spec: ConsumerSpec, error: DecodeError) -> None:
@@ -381,7 +417,152 @@ class ActorRuntime:
         else:
             d.outputs.extend(outputs)
             self._tick_wakeup.set()
-        self._handler_seconds.observe(time.perf_counter() - started)
+        elapsed = time.perf_counter() - started
+        self._handler_seconds.observe(elapsed)
+        if self.actor.observed:
+            self._samples.setdefault((event.run, "handler"), []).append(elapsed * 1000)
+
+    # -- scheduled actors -----------------------------------------------------
+
+    def _waiting(self) -> int:
+        return len(self._sched) + self._working if self._sched is not None else 0
+
+    async def _enqueue(self, d: Delivery) -> bool:
+        """Queue a delivery in the scheduler; False when it is to be handled at once."""
+        assert d.event is not None and self._sched is not None and isinstance(self.actor, ScheduledActor)
+        event = d.event
+        ctx = await self.context(event.run)
+        if ctx.run is None or isinstance(event, RunStarted):
+            return False
+        if ctx.run.replay_of is not None and not self.actor.plays_replays:
+            return False
+        work = self.actor.work(event, ctx)
+        if work is None:
+            return False
+        now = int(self.clock() * 1000)
+        deadline = ctx.run.started_at_ms + work.deadline_ms if work.deadline_ms else 0
+        self._sched.add(Job(
+            key=id(d), role=work.role, arrival_ms=now, tokens=work.tokens,
+            weight=self._sched.policy.weight(work.weight), deadline_ms=deadline,
+            batch_key=(event.run, work.role, work.batch_key), payload=d,
+        ))
+        d.queued, d.progress_ms = True, now
+        self._work_ready.set()
+        return True
+
+    async def _work_loop(self) -> None:
+        """Run the scheduler's batches; priorities are looked at again at least every 50 ms."""
+        assert self._sched is not None and isinstance(self.actor, ScheduledActor)
+        sched, actor = self._sched, self.actor
+        while not self._stopping.is_set():
+            if not len(sched):
+                self._work_ready.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._work_ready.wait(), 0.05)
+            now = int(self.clock() * 1000)
+            for job in sched.expired(now):
+                d: Delivery = job.payload
+                assert d.event is not None
+                async with self._lock:
+                    ctx = await self.context(d.event.run)
+                    d.outputs.extend(actor.expired(d.event, ctx))
+                    await self._publish(d, d.outputs)
+                await self._complete([d])
+            batch = sched.next_batch(now)
+            if not batch:
+                continue
+            deliveries: list[Delivery] = [job.payload for job in batch]
+            self._working = len(deliveries)
+            try:
+                await self._run_batch(deliveries)
+            finally:
+                self._working = 0
+            sched.served(batch[0].role, int(self.clock() * 1000))
+
+    async def _run_batch(self, deliveries: list[Delivery]) -> None:
+        assert isinstance(self.actor, ScheduledActor)
+        events = [d.event for d in deliveries if d.event is not None]
+        # Not under the lock: fetching and queueing go on while a batch runs.  The actor's
+        # state is still touched by one caller at a time: blocking actors run everything on
+        # their one worker thread, the others on the event loop.
+        ctx = await self.context(events[0].run)
+        started = time.perf_counter()
+        try:
+            if self.actor.blocking:
+                outputs = await self._in_thread(self.actor.handle_batch, events, ctx)
+            else:
+                outputs = self.actor.handle_batch(events, ctx)
+        except HandlerError as exc:
+            for d in deliveries:
+                d.error, d.permanent = str(exc), True
+        except Exception as exc:  # noqa: BLE001 - the batch is retried, then dead-lettered
+            log.exception("%s failed on a batch of %d", self.actor.name, len(events))
+            for d in deliveries:
+                d.error = f"{type(exc).__name__}: {exc}"
+        else:
+            for d, out in zip(deliveries, outputs, strict=True):
+                d.outputs.extend(out)
+        elapsed = time.perf_counter() - started
+        self._handler_seconds.observe(elapsed)
+        if self.actor.observed:
+            self._samples.setdefault((events[0].run, "handler"), []).append(elapsed * 1000)
+        async with self._lock:
+            for d in deliveries:
+                if d.outputs:
+                    await self._publish(d, d.outputs)
+        await self._complete(deliveries)
+
+    async def _observe_loop(self) -> None:
+        """Every second, per run: hop latency and handler time p99, and for scheduled actors the
+        queue depth, buffer fill and each role's oldest wait, as ``qos.observed`` events."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), OBSERVE_PERIOD_S)
+            await self._observe(int(self.clock() * 1000))
+
+    async def _observe(self, now_ms: int) -> None:
+        samples, self._samples = self._samples, {}
+        rows: list[tuple[str, str, float, str]] = []  # run, metric, value, source
+        for (run, what), values in samples.items():
+            values.sort()
+            p99 = values[max(0, -(-99 * len(values) // 100) - 1)]
+            if what == "handler":
+                rows.append((run, "handler_ms", p99, self.actor.name))
+            else:
+                rows.append((run, "hop_latency_ms", p99, f"{what}>{self.actor.name}"))
+        if self._sched is not None:
+            depth: dict[str, int] = {}
+            oldest: dict[tuple[str, str], int] = {}
+            keep_alive = []
+            for job in self._sched:
+                d: Delivery = job.payload
+                run = d.event.run if d.event is not None else "_"
+                depth[run] = depth.get(run, 0) + 1
+                oldest[run, job.role] = min(oldest.get((run, job.role), job.arrival_ms), job.arrival_ms)
+                if now_ms - d.progress_ms > self.settings.ack_wait_s * 1000 / 3:
+                    d.progress_ms = now_ms
+                    keep_alive.append(d.msg)
+            for msg in keep_alive:  # long waits in the queue must not be redelivered
+                with contextlib.suppress(Exception):
+                    await msg.in_progress()
+            capacity = max(1, self.settings.max_inflight)
+            for run in depth.keys() | self._queued_runs:  # and once more at 0 when a queue empties
+                n = depth.get(run, 0)
+                rows += [(run, "queue_depth", float(n), self.actor.name), (run, "buffer_fill", n / capacity, self.actor.name)]
+            rows += [(run, "role_wait_ms", float(now_ms - at), f"{self.actor.name}:{role}") for (run, role), at in oldest.items()]
+            self._queued_runs = set(depth)
+        out: list[Event] = []
+        self._observed += 1
+        for run, metric, value, source in rows:
+            known = self.runs.known(run)
+            if known is None or not is_token(run):
+                continue
+            out.append(QosObserved(
+                id=derive_id(f"{self.durable}:{run}:{_INSTANCE}", f"{metric}:{source}:{self._observed}"), run=run,
+                t_ms=now_ms - known.started_at_ms, metric=metric, value=round(value, 3), source=source,
+            ))
+        if out:
+            await asyncio.gather(*await self._publish(None, out), return_exceptions=True)
 
     async def _consume_batch(self, batch: list[Delivery]) -> None:
         items = [(d.event, d.msg) for d in batch]

@@ -22,7 +22,7 @@ from events.audio import AudioChunk
 from events.base import Event
 from events.frame import FrameRendered
 from events.run import RunEnded, RunStarted
-from events.viseme import VisemeTrack
+from events.viseme import VisemeCut, VisemeTrack
 from infra.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,9 @@ class _Mux:
     last_frame: bytes | None = None
     pending_frames: dict[int, bytes] = field(default_factory=dict)
     pcm: dict[str, np.ndarray] = field(default_factory=dict)
-    placements: list[tuple[int, str]] = field(default_factory=list)
+    placements: list[tuple[int, str, int | None]] = field(default_factory=list)  # start, audio, stop
+    utterances: dict[str, str] = field(default_factory=dict)  # audio id -> utterance
+    cuts: dict[str, int] = field(default_factory=dict)        # interrupted utterance -> stop (show ms)
     samples_written: int = 0
     end_ms: int | None = None
     closed: bool = False
@@ -74,7 +76,17 @@ class SinkActor(Actor):
         elif isinstance(event, AudioChunk):
             mux.pcm[event.id] = _as_rate(event.pcm, event.sample_rate)
         elif isinstance(event, VisemeTrack):
-            mux.placements.append((event.start_ms, event.audio))
+            stop = mux.cuts.get(event.utterance)
+            if stop is None or event.start_ms < stop:
+                mux.placements.append((event.start_ms, event.audio, stop))
+                mux.utterances[event.audio] = event.utterance
+        elif isinstance(event, VisemeCut):
+            mux.cuts[event.utterance] = event.at_ms
+            mux.placements = [
+                (start, audio, event.at_ms if mux.utterances.get(audio) == event.utterance else stop)
+                for start, audio, stop in mux.placements
+                if mux.utterances.get(audio) != event.utterance or start < event.at_ms
+            ]
         elif isinstance(event, RunEnded):
             mux.end_ms = event.duration_ms
         self._maybe_finish(event.run, mux)
@@ -117,20 +129,23 @@ class SinkActor(Actor):
             return
         start = mux.samples_written
         block = np.zeros(until - start, dtype=np.int32)
-        keep = []
-        for start_ms, audio_id in mux.placements:
+        keep: list[tuple[int, str, int | None]] = []
+        for start_ms, audio_id, stop_ms in mux.placements:
             pcm = mux.pcm.get(audio_id)
             at = start_ms * SAMPLE_RATE // 1000
             if pcm is None:
-                keep.append((start_ms, audio_id))
+                keep.append((start_ms, audio_id, stop_ms))
                 if at < start:
                     log.warning("audio %s arrived too late for the mux; its place stays silent", audio_id)
                 continue
-            lo, hi = max(at, start), min(at + len(pcm), until)
+            end = at + len(pcm)
+            if stop_ms is not None:  # an interrupted utterance: its audio stops with its mouth
+                end = min(end, stop_ms * SAMPLE_RATE // 1000)
+            lo, hi = max(at, start), min(end, until)
             if hi > lo:
                 block[lo - start : hi - start] += pcm[lo - at : hi - at]
-            if at + len(pcm) > until:
-                keep.append((start_ms, audio_id))
+            if end > until:
+                keep.append((start_ms, audio_id, stop_ms))
             else:
                 del mux.pcm[audio_id]
         mux.placements = keep

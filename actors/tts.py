@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from actors.backends.tts_espeak import EspeakTTS, Speech, Voice
-from actors.base import Actor, Context, Input
+from actors.base import Context, Input, ScheduledActor, Work
 from actors.show import Show, show_from_dict
 from events.audio import MAX_CHUNK_MS, AudioChunk, PhonemeMark
 from events.base import Event
-from events.utterance import UtteranceChunk
+from events.role import RoleWeightsChanged
+from events.utterance import UtteranceChunk, UtteranceDropped
 from infra.settings import Settings
+from schedulers.batching import tokens_of
 
 
 def slice_speech(speech: Speech, max_ms: int = MAX_CHUNK_MS) -> list[tuple[int, bytes, tuple[PhonemeMark, ...]]]:
@@ -36,17 +38,34 @@ def slice_speech(speech: Speech, max_ms: int = MAX_CHUNK_MS) -> list[tuple[int, 
     return slices
 
 
-class TTSActor(Actor):
-    """Utterance chunks in, audio chunks with phoneme timings out."""
+class TTSActor(ScheduledActor):
+    """Utterance chunks in, audio chunks with phoneme timings out; chunks wait in the
+    role-priority scheduler and a batch holds one role's (one voice's) sentences."""
 
     name = "tts"
-    inputs = (Input("utterance", ("troupe.*.utterance.chunk.>",)),)
+    inputs = (Input("utterance", ("troupe.*.utterance.chunk.>",)), Input("role", ("troupe.*.role.weights_changed",)))
     blocking = True
 
     def __init__(self, settings: Settings, engine: EspeakTTS | None = None) -> None:
         self.settings = settings
         self.engine = engine or EspeakTTS()
         self._shows: dict[str, Show] = {}
+        self.factors: dict[str, dict[str, float]] = {}  # run -> role -> QoS weight factor
+
+    def work(self, event: Event, ctx: Context) -> Work | None:
+        if not isinstance(event, UtteranceChunk):
+            return None
+        factor = self.factors.get(event.run, {}).get(event.role or "", 1.0)
+        return Work(event.role or "", tokens=tokens_of(event.text), weight=event.priority * factor,
+                    deadline_ms=event.deadline_ms, batch_key=event.language)
+
+    def expired(self, event: Event, ctx: Context) -> Sequence[Event]:
+        assert isinstance(event, UtteranceChunk)
+        return [UtteranceDropped(
+            id=event.derive("dropped"), run=event.run, role=event.role, causation=event.id,
+            correlation=event.correlation, t_ms=ctx.now_ms, utterance=event.utterance, from_seq=event.seq,
+            reason=f"deadline passed {ctx.now_ms - event.deadline_ms} ms ago before it was spoken",
+        )]
 
     def _voice(self, ctx: Context, role_id: str | None, language: str) -> Voice:
         assert ctx.run is not None
@@ -59,6 +78,9 @@ class TTSActor(Actor):
         return Voice(language, role.voice_variant, role.voice_pitch, role.voice_rate)
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
+        if isinstance(event, RoleWeightsChanged):
+            self.factors[event.run] = dict(event.weights)
+            return ()
         if not isinstance(event, UtteranceChunk):
             return ()
         speech = self.engine.synthesize(event.text, self._voice(ctx, event.role, event.language))
@@ -70,7 +92,7 @@ class TTSActor(Actor):
                 id=event.derive(f"audio{part}"), run=event.run, role=event.role,
                 causation=event.id, correlation=event.correlation, t_ms=ctx.now_ms,
                 utterance=event.utterance, seq=event.seq, part=part, part_last=part_last,
-                last=event.last and part_last, sample_rate=speech.sample_rate, offset_ms=offset,
+                last=event.last and part_last, priority=event.priority, sample_rate=speech.sample_rate, offset_ms=offset,
                 duration_ms=len(pcm) * 1000 // (2 * speech.sample_rate), text=event.text,
                 phonemes=marks, pcm=pcm,
             ))

@@ -36,8 +36,11 @@ open consonant shape) and ``sil`` otherwise; it never raises.
 
 from __future__ import annotations
 
+import dataclasses
 import unicodedata
 from typing import Literal
+
+from events.viseme import VisemeMark, VisemeTrack
 
 VISEMES = ("sil", "PP", "FF", "TH", "DD", "kk", "CH", "SS", "nn", "RR", "aa", "E", "ih", "oh", "ou")
 
@@ -97,3 +100,15 @@ def viseme_for(ipa: str) -> str:
 def is_silent(viseme: str) -> bool:
     """True for the rest viseme (mouth closed, nothing spoken)."""
     return viseme == "sil"
+
+
+def cut_track(track: VisemeTrack, at_ms: int) -> VisemeTrack | None:
+    """A placed track as it stands after its utterance was cut at ``at_ms`` (None: nothing left)."""
+    if track.start_ms >= at_ms:
+        return None
+    if track.end_ms <= at_ms:
+        return track
+    marks = tuple(
+        VisemeMark(m.viseme, m.start_ms, min(m.end_ms, at_ms)) for m in track.visemes if m.start_ms < at_ms
+    )
+    return dataclasses.replace(track, end_ms=at_ms, visemes=marks, last=True)

@@ -43,4 +43,5 @@ class AudioChunk(Event):
     part: int = 0
     part_last: bool = True
     last: bool = False
+    priority: float = 1.0   # the cue's (a cue at TROUPE_INTERRUPT_PRIORITY takes the floor)
     pcm: bytes = b""

@@ -27,6 +27,8 @@ class ResolutionChanged(Event):
     before: str
     after: str
     reason: str
+    lateness_p99_ms: float = 0.0
+    loss: float = 0.0
 
 
 @registry.register
@@ -37,3 +39,29 @@ class ThrottleChanged(Event):
     type = "qos.throttle_changed"
     window_tokens: int
     reason: str
+    buffer_fill: float = 0.0
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FramesObserved(Event):
+    """One window of stage frames as the renderer drew them (the resolution ladder's input)."""
+
+    type = "qos.frames_observed"
+    window_end_ms: int
+    frames: int
+    lateness_p99_ms: float
+    loss: float
+    resolution: str
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LatencyAnomaly(Event):
+    """A hop's latency went far above its recent p99."""
+
+    type = "qos.anomaly"
+    hop: str
+    sample_ms: float
+    baseline_p99_ms: float
+    factor: float

@@ -18,6 +18,8 @@ class UtteranceChunk(Event):
     text: str
     language: str
     last: bool = False
+    priority: float = 1.0   # the cue's
+    deadline_ms: int = 0    # the cue's: show time after which the chunk is not spoken; 0: none
 
 
 @registry.register
@@ -40,3 +42,4 @@ class UtteranceDropped(Event):
     type = "utterance.dropped"
     utterance: str
     reason: str
+    from_seq: int = 0       # the chunks from this one on are dropped (0: the whole reply)

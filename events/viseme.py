@@ -33,3 +33,16 @@ class VisemeTrack(Event):
     text: str
     visemes: tuple[VisemeMark, ...]
     last: bool = False
+    chunk: int = 0              # the utterance chunk (sentence) the audio belongs to
+    chunk_done: bool = True     # the chunk's last audio part
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VisemeCut(Event):
+    """An utterance was interrupted: its speech (mouths and audio) stops at ``at_ms``."""
+
+    type = "viseme.cut"
+    utterance: str
+    at_ms: int
+    by: str = ""                # the utterance that took the floor

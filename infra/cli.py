@@ -114,7 +114,7 @@ async def _up(args: argparse.Namespace, settings: Settings) -> int:
     async with Stage(settings) as stage:
         print(f"troupe: show {show.title!r}, {len(show.roles)} roles, {args.duration:g} s", file=sys.stderr)
         result = await run_show(stage, show, args.duration, names, run_id=args.run)
-    summary = summarise(Stage(settings).engine, result.run, str(result.mp4) if result.mp4 else None)
+    summary = summarise(Stage(settings).engine, result.run, str(result.mp4) if result.mp4 else None, settings.fps)
     lat = summary["latency_ms"]
     print(f"run {result.run}: video {summary['mp4']}")
     print(f"events: {sum(summary['events'].values())} ({', '.join(f'{k} {v}' for k, v in summary['events'].items())})")
@@ -129,6 +129,12 @@ async def _up(args: argparse.Namespace, settings: Settings) -> int:
             f"frames: {frames['rendered']} of {frames['expected']} drawn, published "
             f"p50 {frames['publish_lag_ms']['p50']} ms / p99 {frames['publish_lag_ms']['p99']} ms after their show time"
         )
+    late = summary["frame_lateness_ms"]
+    for change in summary["resolution_changes"]:
+        print(f"resolution {change['from']} -> {change['to']} at {change['t_ms'] / 1000:.1f} s: {change['reason']}")
+    if "p99_after" in late:
+        print(f"frame lateness p99 {late['p99_before']} ms before the first downgrade, {late['p99_after']} ms after "
+              f"(budget {late['budget']:.0f} ms)")
     print(f"rejected {summary['rejected']}, merged {summary['merged']}, dropped {summary['dropped']}")
     if args.json:
         print(orjson.dumps(summary).decode())

@@ -44,6 +44,9 @@ class Settings:
     render_delay_ms: int = 5
     join_window_s: float = 30.0
     store_frames: str = "digest"         # "full" JPEGs, or "digest" (hash and size) only
+    scheduler: str = "troupe"            # llm/tts queue order: "troupe" (role priority) or "fifo"
+    interrupt_priority: float = 4.0      # a cue at least this urgent takes the floor
+    role_wait_budget_ms: int = 4000      # QoS raises a role's weight while its work waits longer
     video_crf: int = 23
     video_preset: str = "veryfast"
     extra: Mapping[str, str] = field(default_factory=dict)
@@ -86,7 +89,9 @@ _KINDS: dict[str, type] = {
 RESOLUTIONS = ("1080p", "720p", "480p", "360p")
 # Settings that shape what the deterministic actors emit: recorded in run.started, followed by
 # every process that handles the run and by re-execution.
-RUN_SETTINGS = ("merge_window_ms", "max_danmaku_chars", "blocklist", "cue_deadline_ms", "jpeg_quality")
+RUN_SETTINGS = (
+    "merge_window_ms", "max_danmaku_chars", "blocklist", "cue_deadline_ms", "jpeg_quality", "interrupt_priority",
+)
 
 
 def run_config(settings: Settings) -> dict[str, object]:
@@ -124,6 +129,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("TROUPE_MAX_DELIVER must be at least 1")
     if settings.llm_max_sentences < 1:
         raise SettingsError("TROUPE_LLM_MAX_SENTENCES must be at least 1")
+    if settings.scheduler not in ("troupe", "fifo"):
+        raise SettingsError("TROUPE_SCHEDULER must be 'troupe' or 'fifo'")
     if settings.store_frames not in ("full", "digest"):
         raise SettingsError("TROUPE_STORE_FRAMES must be 'full' or 'digest'")
     if settings.llm_backend not in ("scripted",):

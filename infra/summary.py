@@ -99,10 +99,42 @@ def frame_timing(engine: Engine, run: str) -> dict[str, Any]:
     }
 
 
-def summarise(engine: Engine, run: str, mp4: str | None) -> dict[str, Any]:
+def resolution_changes(engine: Engine, run: str) -> list[dict[str, Any]]:
+    """The QoS resolution decisions of a run: show time, from, to, reason."""
+    query = select(events.c.body).where(events.c.run == run, events.c.type == "qos.resolution_changed").order_by(events.c.t_ms)
+    with engine.connect() as conn:
+        out = []
+        for (body,) in conn.execute(query):
+            doc = orjson.loads(body)
+            p = doc["payload"]
+            out.append({"t_ms": doc["t_ms"], "from": p["before"], "to": p["after"], "reason": p["reason"]})
+    return out
+
+
+def frame_lateness(engine: Engine, run: str, changes: list[dict[str, Any]], budget_ms: float) -> dict[str, Any]:
+    """Frame lateness p99 (when each frame was drawn against its show time): over the whole run,
+    and before / after the first downgrade when there was one."""
+    query = select(events.c.t_ms, events.c.body).where(events.c.run == run, events.c.type == "frame.rendered")
+    with engine.connect() as conn:
+        frames = [(t, orjson.loads(codec.split(body)[0])["payload"].get("late_ms", 0.0)) for t, body in conn.execute(query)]
+    out: dict[str, Any] = {"budget": budget_ms, "p99": percentile([late for _, late in frames], 99)}
+    down = next((c for c in changes if _rank(c["to"]) > _rank(c["from"])), None)
+    if down is not None:
+        out["first_downgrade_ms"] = down["t_ms"]
+        out["p99_before"] = percentile([late for t, late in frames if t <= down["t_ms"]], 99)
+        out["p99_after"] = percentile([late for t, late in frames if t > down["t_ms"]], 99)
+    return out
+
+
+def _rank(resolution: str) -> int:
+    return ("1080p", "720p", "480p", "360p").index(resolution) if resolution in ("1080p", "720p", "480p", "360p") else -1
+
+
+def summarise(engine: Engine, run: str, mp4: str | None, fps: int = 25) -> dict[str, Any]:
     """The summary object ``troupe up --json`` prints."""
     counts = event_counts(engine, run)
     lat = reply_latencies(engine, run)
+    changes = resolution_changes(engine, run)
     return {
         "run": run,
         "mp4": mp4,
@@ -112,6 +144,8 @@ def summarise(engine: Engine, run: str, mp4: str | None) -> dict[str, Any]:
             "danmaku_to_first_viseme_frame": _quantiles(lat["frame"]),
         },
         "frames": frame_timing(engine, run),
+        "resolution_changes": changes,
+        "frame_lateness_ms": frame_lateness(engine, run, changes, 1000 / fps),
         "dropped": counts.get("utterance.dropped", 0),
         "rejected": counts.get("danmaku.rejected", 0),
         "merged": counts.get("cue.merged", 0),

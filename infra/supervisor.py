@@ -19,7 +19,7 @@ from nats.js.errors import NotFoundError
 from sqlalchemy import Engine
 
 from actors.base import Actor
-from actors.runtime import ActorRuntime, RunDirectory
+from actors.runtime import OBSERVE_PERIOD_S, ActorRuntime, RunDirectory
 from actors.show import Show
 from events import codec
 from events.base import Event
@@ -35,7 +35,7 @@ from store.database import default_url, open_engine
 from store.recorder import EventWriter
 
 log = logging.getLogger(__name__)
-ACTOR_NAMES = ("director", "llm", "tts", "lipsync", "render", "sink", "recorder")
+ACTOR_NAMES = ("director", "llm", "tts", "lipsync", "render", "sink", "qos", "recorder")
 
 
 class SupervisorError(RuntimeError):
@@ -65,6 +65,9 @@ def actor_class(name: str) -> type[Actor]:
     if name == "recorder":
         from actors.recorder import RecorderActor
         return RecorderActor
+    if name == "qos":
+        from actors.qos import QosActor
+        return QosActor
     raise SupervisorError(f"unknown actor {name!r} (known: {', '.join(ACTOR_NAMES)})")
 
 
@@ -237,9 +240,16 @@ async def _drain(stage: Stage, run_id: str, timeout_s: float) -> Path | None:
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     path = Path(stage.settings.out_dir) / f"{run_id}.mp4"
+    quiet_since = None
     while loop.time() < deadline:
         if await stage.pending(ACTOR_NAMES) == 0 and path.exists():
-            return path
+            # Runtimes publish their last observations up to a period after their last input:
+            # done when nothing has been pending for longer than that.
+            quiet_since = quiet_since or loop.time()
+            if loop.time() - quiet_since > OBSERVE_PERIOD_S + 0.3:
+                return path
+        else:
+            quiet_since = None
         await asyncio.sleep(0.1)
     log.warning("the show did not drain within %.0f s", timeout_s)
     return path if path.exists() else None

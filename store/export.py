@@ -22,7 +22,7 @@ from actors.base import Context
 from events.audio import AudioChunk
 from events.frame import FrameRendered
 from events.run import RunEnded
-from events.viseme import VisemeTrack
+from events.viseme import VisemeCut, VisemeTrack
 from infra.settings import Settings, for_run
 from store.database import StoreError
 from store.queries import iter_rows, run_info, run_started
@@ -44,7 +44,11 @@ def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int
     info = run_info(engine, run)
     rows = list(iter_rows(engine, run))
     start = run_started(rows)
-    tracks = sorted((r.event for r in rows if isinstance(r.event, VisemeTrack)), key=lambda t: t.start_ms)
+    from store.reexec import as_cut
+
+    placed = {r.event.id: r.event for r in rows if isinstance(r.event, VisemeTrack)}
+    tracks = sorted(as_cut(placed, [r.event for r in rows if isinstance(r.event, VisemeCut)]).values(),
+                    key=lambda t: t.start_ms)
     starts = [t.start_ms for t in tracks]
     by_id = {t.id: t for t in tracks}
     recorded = {r.event.n: r.event for r in rows if isinstance(r.event, FrameRendered)}
@@ -78,7 +82,7 @@ def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int
         ctx = Context(start, 0)
         sink.handle(start, ctx)
         for row in rows:
-            if isinstance(row.event, AudioChunk | VisemeTrack):
+            if isinstance(row.event, AudioChunk | VisemeTrack | VisemeCut):
                 sink.handle(row.event, ctx)
         with concurrent.futures.ThreadPoolExecutor(workers or min(4, os.cpu_count() or 1)) as pool:
             memo = FrameMemo(256)

@@ -26,7 +26,7 @@ from events.base import derive_id
 from events.frame import FrameRendered
 from events.run import RunStarted
 from events.subjects import is_token, subject_for
-from events.viseme import VisemeTrack
+from events.viseme import VisemeCut, VisemeTrack
 from store.database import StoreError
 from store.queries import Row, iter_rows, run_info, run_started
 
@@ -90,7 +90,10 @@ def prepare(
     start = run_started(everything)
     wanted = _select(everything, types, from_ms, to_ms)
     mapper = _Mapper((r.event.id for r in everything), into)
-    redraw = _Redrawer(start, [r.event for r in everything if isinstance(r.event, VisemeTrack)])
+    from store.reexec import as_cut
+
+    placed = {r.event.id: r.event for r in everything if isinstance(r.event, VisemeTrack)}
+    redraw = _Redrawer(start, list(as_cut(placed, [r.event for r in everything if isinstance(r.event, VisemeCut)]).values()))
     out: list[Message] = []
     first = [r for r in everything if isinstance(r.event, RunStarted)][:1]
     for row in first + [r for r in wanted if not isinstance(r.event, RunStarted)]:

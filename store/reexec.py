@@ -32,12 +32,14 @@ from events.audio import AudioChunk
 from events.base import Event
 from events.danmaku import DanmakuReceived
 from events.frame import FrameRendered
+from events.qos import FramesObserved, QosObserved
 from events.run import RunStarted
-from events.viseme import VisemeTrack
+from events.utterance import UtteranceDropped
+from events.viseme import VisemeCut, VisemeTrack
 from infra.settings import Settings, for_run, load_settings
 from store.queries import Row, iter_rows, run_info, run_started
 
-ACTORS = ("director", "lipsync", "render")
+ACTORS = ("director", "lipsync", "render", "qos")
 IGNORED = {"at_ms"}
 IGNORED_PAYLOAD = {"late_ms", "jpeg"}
 
@@ -119,9 +121,27 @@ class _Recording:
         return tuple(reversed(out))
 
 
-def _handled_in_order(rows: Iterable[Row], kind: type[Event]) -> list[Row]:
+def _handled_in_order(rows: Iterable[Row], kind: type[Event] | tuple[type[Event], ...]) -> list[Row]:
     """An actor's inputs in the order its consumer was given them (stream order)."""
     return sorted((r for r in rows if isinstance(r.event, kind)), key=lambda r: (r.stream_seq or 0, r.seq))
+
+
+def _lipsync_inputs(rows: list[Row], rec: _Recording) -> list[Row]:
+    """Audio chunks in stream order, with the (rare) dropped replies placed among them by the
+    show time they were handled at (a second stream: its order against the first is timing)."""
+    chunks = _handled_in_order(rows, AudioChunk)
+    drops = [r for r in rows if isinstance(r.event, UtteranceDropped) and r.event.causation not in
+             {c.event.id for c in chunks}]
+    if not drops:
+        return chunks
+
+    def handled_at(row: Row) -> int:
+        mine = rec.by_cause.get(row.event.id, [])
+        return min((r.event.t_ms for r in mine), default=row.event.t_ms)
+
+    merged = [(handled_at(r), 0, i, r) for i, r in enumerate(chunks)]
+    merged += [(r.event.t_ms, 1, i, r) for i, r in enumerate(drops)]
+    return [r for *_, r in sorted(merged, key=lambda x: (x[0], x[1], x[2]))]
 
 
 def _replay_handler(
@@ -160,6 +180,8 @@ def _frames(run: RunStarted, settings: Settings, rec: _Recording, workers: int) 
     from actors.render import FrameMemo, draw_frame, stage_renderer
 
     frames = sorted((r for r in rec.rows if isinstance(r.event, FrameRendered)), key=lambda r: r.event.n)  # type: ignore[attr-defined]
+    tracks = as_cut({r.event.id: r.event for r in rec.rows if isinstance(r.event, VisemeTrack)},
+                    [r.event for r in rec.rows if isinstance(r.event, VisemeCut)])
     renderers: dict[str, Any] = {}
     roles: tuple[str, ...] = ()
     quality = for_run(settings, run.config).jpeg_quality
@@ -176,7 +198,7 @@ def _frames(run: RunStarted, settings: Settings, rec: _Recording, workers: int) 
             yield Divergence("render", row.pos, frame.id, frame.type, "differs", comparable(frame, _recorded_digest(row)),
                              None, rec.chain(frame.id))
             continue
-        track = track_row.event if track_row is not None else None
+        track = tracks.get(frame.track) if frame.track else None
         jobs.append((row, renderers[frame.resolution], track))
 
     def draw(job: tuple[Row, Any, VisemeTrack | None]) -> tuple[Row, dict[str, Any]]:
@@ -195,6 +217,19 @@ def _frames(run: RunStarted, settings: Settings, rec: _Recording, workers: int) 
                                  rec.chain(row.event.id))
                 break
     yield checked
+
+
+def as_cut(tracks: dict[str, VisemeTrack], cuts: Iterable[VisemeCut]) -> dict[str, VisemeTrack]:
+    """The tracks as the renderer held them after the interruptions (cut_track)."""
+    from actors.visemes import cut_track
+
+    at = {c.utterance: c.at_ms for c in cuts}
+    out = {}
+    for track_id, track in tracks.items():
+        kept = cut_track(track, at[track.utterance]) if track.utterance in at else track
+        if kept is not None:
+            out[track_id] = kept
+    return out
 
 
 def verify(
@@ -216,8 +251,13 @@ def verify(
             stream = _replay_handler(name, make(name, settings), start, _handled_in_order(rows, DanmakuReceived),
                                      frozenset({"cue.issued", "cue.merged", "danmaku.rejected"}), rec)
         elif name == "lipsync":
-            stream = _replay_handler(name, make(name, settings), start, _handled_in_order(rows, AudioChunk),
-                                     frozenset({"viseme.track"}), rec)
+            stream = _replay_handler(name, make(name, settings), start, _lipsync_inputs(rows, rec),
+                                     frozenset({"viseme.track", "viseme.cut", "utterance.dropped"}), rec)
+        elif name == "qos":
+            inputs = _handled_in_order(rows, (FramesObserved, QosObserved))
+            stream = _replay_handler(name, make(name, settings), start, inputs, frozenset({
+                "qos.resolution_changed", "qos.throttle_changed", "qos.anomaly", "role.weights_changed",
+            }), rec)
         elif name == "render":
             stream = _frames(start, settings, rec, workers or min(4, os.cpu_count() or 1))
         else:
@@ -236,6 +276,9 @@ def _build(name: str, settings: Settings) -> Actor:
     if name == "director":
         from actors.director import Director
         return Director(settings)
+    if name == "qos":
+        from actors.qos import QosActor
+        return QosActor(settings)
     from actors.lipsync import LipsyncActor
     return LipsyncActor()
 

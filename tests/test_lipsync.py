@@ -60,3 +60,67 @@ def test_late_chunks_start_no_earlier_than_now() -> None:
     lip.handle(chunk("u1", 0), ctx(0))
     [late] = tracks(lip.handle(chunk("u1", 1, last=True), ctx(5000)))
     assert late.start_ms == 5000
+
+
+def dropped(utt: str, from_seq: int) -> object:
+    from events.utterance import UtteranceDropped
+
+    return UtteranceDropped(id=f"{utt}-drop", run="r1", role="host", utterance=utt, from_seq=from_seq, reason="deadline")
+
+
+def test_a_reply_cut_short_gives_up_the_floor_and_its_late_chunks_are_ignored() -> None:
+    lip = LipsyncActor()
+    first = tracks(lip.handle(chunk("u1", 0), ctx(1000)))
+    assert tracks(lip.handle(chunk("u2", 0, last=True), ctx(1100))) == []  # waits for the floor
+    handed = tracks(lip.handle(dropped("u1", 1), ctx(1200)))  # u1's chunks from seq 1 on will not come
+    assert [t.utterance for t in first + handed] == ["u1", "u2"]
+    assert handed[0].start_ms == first[0].end_ms  # the floor passes on at once
+    assert tracks(lip.handle(chunk("u1", 1, last=True), ctx(1300))) == []
+
+
+def test_a_reply_dropped_before_it_spoke_never_takes_the_floor() -> None:
+    lip = LipsyncActor()
+    assert tracks(lip.handle(dropped("u9", 0), ctx(500))) == []
+    assert tracks(lip.handle(chunk("u9", 0, last=True), ctx(600))) == []
+    assert [t.utterance for t in tracks(lip.handle(chunk("u3", 0, last=True), ctx(700)))] == ["u3"]
+
+
+def urgent(utt: str, seq: int = 0, priority: float = 5.0, last: bool = True) -> AudioChunk:
+    import dataclasses
+
+    return dataclasses.replace(chunk(utt, seq, last=last), priority=priority, id=f"{utt}-{seq}-urgent")
+
+
+def test_an_urgent_reply_takes_the_floor_and_the_speaking_one_stops_where_it_is() -> None:
+    from events.utterance import UtteranceDropped
+    from events.viseme import VisemeCut
+
+    lip = LipsyncActor()
+    placed = tracks(lip.handle(chunk("u1", 0), ctx(1000))) + tracks(lip.handle(chunk("u1", 1), ctx(1010)))
+    assert [t.start_ms for t in placed] == [1000, 1400]  # u1 holds the floor until 1800
+    out = lip.handle(urgent("gift"), ctx(1200))
+    drops = [e for e in out if isinstance(e, UtteranceDropped)]
+    cuts = [e for e in out if isinstance(e, VisemeCut)]
+    assert len(drops) == 1 and drops[0].utterance == "u1" and drops[0].from_seq == 2
+    assert "interrupted by gift" in drops[0].reason
+    assert len(cuts) == 1 and (cuts[0].utterance, cuts[0].at_ms, cuts[0].by) == ("u1", 1200, "gift")
+    assert [(t.utterance, t.start_ms) for t in tracks(out)] == [("gift", 1200)]
+    assert tracks(lip.handle(chunk("u1", 2, last=True), ctx(1300))) == []  # the rest of u1 is gone
+
+
+def test_an_ordinary_reply_waits_its_turn() -> None:
+    lip = LipsyncActor()
+    tracks(lip.handle(chunk("u1", 0, last=True), ctx(1000)))  # placed 1000..1400
+    out = lip.handle(urgent("u2", priority=2.0), ctx(1100))
+    assert [(t.utterance, t.start_ms) for t in tracks(out)] == [("u2", 1400)]  # after u1, not over it
+    assert len(out) == 1
+
+
+def test_a_cut_track_keeps_what_was_spoken() -> None:
+    from actors.visemes import cut_track
+
+    track = tracks(LipsyncActor().handle(chunk("u1", 0), ctx(1000)))[0]
+    cut = cut_track(track, 1150)
+    assert cut is not None and cut.end_ms == 1150 and cut.last
+    assert cut.visemes[-1].end_ms <= 1150
+    assert cut_track(track, 1000) is None and cut_track(track, 5000) == track

@@ -1,0 +1,101 @@
+"""Overload on a real nats-server: a slow renderer, the resolution ladder, and the audio."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from actors.show import load_show, show_from_dict
+from events.audio import AudioChunk
+from events.subjects import stream_name
+from events.viseme import VisemeTrack
+from infra.settings import load_settings
+from infra.summary import summarise
+from infra.supervisor import Stage, run_show
+from store.recorder import read_events
+from tests.conftest import wait_for
+from tests.integration.test_show import audio_energy_per_frame
+
+pytestmark = pytest.mark.timeout(240)
+SLOW_UNTIL_S = 9.0
+DURATION_S = 27.0
+
+
+def chatty_show():  # type: ignore[no-untyped-def]
+    doc = load_show().to_dict()
+    lines = ["@host what game is next", "@rex how fast is your gpu", "@xiaolu 今天吃什么", "@host play a song"]
+    doc["script"] = [{"at": 0.5 + 2.5 * i, "user": f"v{i}", "text": f"{lines[i % 4]} #{i}"} for i in range(10)]
+    return show_from_dict(doc)
+
+
+def expected_energy(recorded: list, fps: int, n: int) -> np.ndarray:  # type: ignore[type-arg]
+    """RMS per video frame of the speech as lipsync placed it (what the MP4 must hold)."""
+    rate = 22050
+    pcm = {e.id: np.frombuffer(e.pcm, "<i2").astype(np.float64) for e in recorded if isinstance(e, AudioChunk)}
+    track = np.zeros(n * rate // fps + rate)
+    for t in (e for e in recorded if isinstance(e, VisemeTrack)):
+        at = t.start_ms * rate // 1000
+        samples = pcm[t.audio][: max(0, len(track) - at)]
+        track[at:at + len(samples)] += samples
+    per = rate // fps
+    return np.sqrt((track[: n * per].reshape(n, per) ** 2).mean(axis=1)) / 32768
+
+
+async def test_a_slow_renderer_steps_the_resolution_down_and_back_up(nats_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    settings = load_settings(
+        environ={}, nats_url=nats_server.url, state_dir=tmp_path / "state", out_dir=tmp_path / "out",
+        metrics_port=-1, resolution="720p", slow_render_ms=60,
+    )
+    async with Stage(settings) as stage:
+        show = asyncio.create_task(run_show(stage, chatty_show(), DURATION_S))
+        await wait_for(lambda: any(rt.actor.name == "render" for rt in stage.runtimes), what="render started")
+        render = next(rt.actor for rt in stage.runtimes if rt.actor.name == "render")
+
+        async def downgraded() -> bool:
+            info = await stage.js.stream_info(stream_name("qos"), subjects_filter="troupe.*.qos.resolution_changed")
+            return bool(info.state.subjects)
+
+        await wait_for(downgraded, timeout_s=20, what="a resolution change")
+        started = next(iter(render._shows.values())).run.started_at_ms  # type: ignore[attr-defined]  # noqa: SLF001
+        await wait_for(lambda: _show_s(started) >= SLOW_UNTIL_S, timeout_s=20, what="the slow period to end")
+        render.slow_render_ms = 0  # type: ignore[attr-defined]  # the fault is gone
+        result = await show
+    engine = Stage(settings).engine
+    summary = summarise(engine, result.run, str(result.mp4))
+    changes = summary["resolution_changes"]
+    assert changes, summary
+    down = changes[0]
+    assert (down["from"], down["to"]) == ("720p", "480p")
+    assert down["t_ms"] <= 5000  # three one-second windows after the show began late
+    assert any((c["from"], c["to"]) == ("480p", "720p") for c in changes[1:]), changes
+    assert all(b["t_ms"] - a["t_ms"] >= 10000 for a, b in zip(changes, changes[1:], strict=False))
+    assert len(changes) == 2
+    late = summary["frame_lateness_ms"]
+    assert late["p99_before"] > late["budget"]
+    frames = [e for e in read_events(engine, result.run, ["frame.rendered"])]
+    slow_after = [f.late_ms for f in frames if down["t_ms"] + 500 < f.t_ms < SLOW_UNTIL_S * 1000]  # type: ignore[attr-defined]
+    assert slow_after and sorted(slow_after)[int(len(slow_after) * 0.99) - 1] <= late["budget"]
+    assert {f.resolution for f in frames if down["t_ms"] + 500 < f.t_ms < SLOW_UNTIL_S * 1000} == {"480p"}  # type: ignore[attr-defined]
+    # The audio never stutters: the MP4 holds the speech exactly where lipsync placed it.
+    recorded = read_events(engine, result.run, ["audio.chunk", "viseme.track"])
+    got = audio_energy_per_frame(str(result.mp4))
+    want = expected_energy(recorded, 25, len(got))
+    speech = want > 0.01
+    assert speech.sum() > 100
+    assert np.corrcoef(got, want)[0, 1] > 0.95
+    assert (got[speech] > 0.003).mean() > 0.98
+
+
+def _show_s(started_at_ms: int) -> float:
+    import time
+
+    return (time.time() * 1000 - started_at_ms) / 1000
+
+
+async def test_without_the_fault_the_resolution_stays(demo) -> None:  # type: ignore[no-untyped-def]
+    _, result, engine, _ = demo
+    summary = summarise(engine, result.run, str(result.mp4))
+    assert summary["resolution_changes"] == []
+    assert summary["frame_lateness_ms"]["p99"] <= summary["frame_lateness_ms"]["budget"]

@@ -96,7 +96,7 @@ class QosActor(Actor):
         return []
 
     def _ladder(self, state: _RunQos, e: FramesObserved) -> list[Event]:
-        change = state.ladder.observe(Window(e.window_end_ms, e.lateness_p99_ms, e.loss, e.frames))
+        change = state.ladder.observe(Window(e.window_end_ms, e.lateness_p99_ms, e.loss, e.frames, e.cost_p99_ms))
         if change is None:
             return []
         return [ResolutionChanged(

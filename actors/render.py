@@ -75,6 +75,7 @@ class _Show:
     resolution: str | None = None  # a decided change, applied before the next frame
     # The current observation window: lateness of the frames drawn, frames skipped.
     window_late: list[float] = field(default_factory=list)
+    window_cost: list[float] = field(default_factory=list)
     window_skipped: int = 0
     cuts: dict[str, int] = field(default_factory=dict)  # interrupted utterance -> where it stopped
 
@@ -157,7 +158,9 @@ class RenderActor(Actor):
             show.next_frame = due
         n = show.next_frame
         show.next_frame += 1
+        began = time.perf_counter()
         frame = self._frame(show, n, ctx.now_ms)
+        show.window_cost.append((time.perf_counter() - began) * 1000)
         show.window_late.append(frame.late_ms)
         out: list[Event] = [frame]
         if len(show.window_late) + show.window_skipped >= ctx.run.fps:  # one second of frames
@@ -187,7 +190,9 @@ class RenderActor(Actor):
             id=derive_id(show.run.id, f"frames{last.n}"), run=show.run.run, t_ms=last.t_ms,
             window_end_ms=last.t_ms, frames=len(late), lateness_p99_ms=late[max(0, -(-99 * len(late) // 100) - 1)],
             loss=show.window_skipped / due, resolution=last.resolution,
+            cost_p99_ms=round(sorted(show.window_cost)[max(0, -(-99 * len(show.window_cost) // 100) - 1)], 2),
         )
+        show.window_cost.clear()
         show.window_late.clear()
         show.window_skipped = 0
         return obs

@@ -53,6 +53,7 @@ class FramesObserved(Event):
     lateness_p99_ms: float
     loss: float
     resolution: str
+    cost_p99_ms: float = 0.0  # drawing and encoding one frame
 
 
 @registry.register

@@ -4,8 +4,10 @@ Each window of frames (by default one second of show time) is good or bad: bad
 when its frame lateness p99 is over the budget (one frame interval by default) or
 more than ``loss`` of its frames were lost.  After ``bad_windows`` bad windows in a
 row the resolution goes one step down; after ``stable_ms`` of good windows it goes
-one step up (never above the show's resolution); never two changes within
-``min_gap_ms``.
+one step up (never above the show's resolution) - and only when the frames' cost,
+scaled to the bigger picture by its pixel count, would still fit within
+``headroom`` of the budget (going up into a picture the renderer cannot draw in
+time would only come back down); never two changes within ``min_gap_ms``.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 LADDER = ("1080p", "720p", "480p", "360p")
+PIXELS = {"1080p": 1920 * 1080, "720p": 1280 * 720, "480p": 854 * 480, "360p": 640 * 360}
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +26,7 @@ class Window:
     lateness_p99_ms: float
     loss: float
     frames: int = 0
+    cost_p99_ms: float = 0.0  # the time to draw and encode a frame (0: unknown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,11 @@ class LadderPolicy:
     loss: float = 0.03
     stable_ms: int = 15000
     min_gap_ms: int = 10000
+    headroom: float = 0.8
+
+    def fits(self, w: Window, current: str, bigger: str) -> bool:
+        """Whether frames as costly as this window's, scaled to ``bigger``, fit the budget."""
+        return w.cost_p99_ms * PIXELS[bigger] / PIXELS[current] <= self.headroom * self.budget_ms
 
     def bad(self, w: Window) -> bool:
         return w.lateness_p99_ms > self.budget_ms or w.loss > self.loss
@@ -77,10 +86,11 @@ class ResolutionLadder:
             self.good_since = w.end_ms
         i = LADDER.index(self.current)
         stable = w.end_ms - self.good_since >= p.stable_ms
-        if stable and gap_ok and self.current != self.top:
+        if stable and gap_ok and self.current != self.top and p.fits(w, self.current, LADDER[i - 1]):
             return self._change(w, LADDER[i - 1], (
                 f"stable for {(w.end_ms - self.good_since) / 1000:.0f} s: lateness p99 "
-                f"{w.lateness_p99_ms:.0f} ms, loss {w.loss:.1%}"
+                f"{w.lateness_p99_ms:.0f} ms, loss {w.loss:.1%}, frame cost {w.cost_p99_ms:.0f} ms "
+                f"(~{w.cost_p99_ms * PIXELS[LADDER[i - 1]] / PIXELS[self.current]:.0f} ms at {LADDER[i - 1]})"
             ))
         return None
 

@@ -20,6 +20,7 @@ from infra.summary import percentile
 from store.database import StoreError
 from store.queries import Row, iter_rows, run_info
 
+DECISIONS = frozenset({"qos.resolution_changed", "qos.throttle_changed", "qos.anomaly", "role.weights_changed"})
 HOPS = ("cue.issued", "utterance.chunk", "audio.chunk", "viseme.track", "frame.rendered")
 _HOP_NAMES = {
     "cue.issued": "director", "utterance.chunk": "llm", "audio.chunk": "tts",
@@ -96,7 +97,7 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
             role["dropped"] += 1
         elif e.type == "audio.chunk" and role is not None:
             role["speech_ms"] += getattr(e, "duration_ms", 0)
-        elif e.type.startswith("qos.") and e.type != "qos.observed":
+        elif e.type in DECISIONS:
             qos.append(_public(e))
         elif isinstance(e, DanmakuRejected):
             rejected.append(e)

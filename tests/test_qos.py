@@ -73,3 +73,15 @@ def test_a_role_waiting_over_budget_is_weighted_up_then_back_down() -> None:
     down = qos.handle(frames(13, 8.0), ctx(0, RUN))
     weights = [e for e in down if isinstance(e, RoleWeightsChanged)]
     assert len(weights) == 1 and weights[0].weights == {"rex": 1.0}
+
+
+def test_no_step_up_into_a_picture_the_renderer_could_not_draw_in_time() -> None:
+    qos = QosActor(load_settings(environ={}))
+    changes = []
+    for t in range(1, 60):
+        w = frames(t, 90.0 if t < 4 else 8.0)
+        w = FramesObserved(**{**{f: getattr(w, f) for f in ("id", "run", "t_ms", "window_end_ms", "frames",
+                                                           "lateness_p99_ms", "loss", "resolution")},
+                              "cost_p99_ms": 28.0})  # fine at 480p, ~63 ms at 720p
+        changes += [e for e in qos.handle(w, ctx(t * 1000, RUN)) if isinstance(e, ResolutionChanged)]
+    assert [(c.before, c.after) for c in changes] == [("720p", "480p")]

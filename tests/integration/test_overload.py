@@ -46,7 +46,7 @@ def expected_energy(recorded: list, fps: int, n: int) -> np.ndarray:  # type: ig
 async def test_a_slow_renderer_steps_the_resolution_down_and_back_up(nats_server, tmp_path) -> None:  # type: ignore[no-untyped-def]
     settings = load_settings(
         environ={}, nats_url=nats_server.url, state_dir=tmp_path / "state", out_dir=tmp_path / "out",
-        metrics_port=-1, resolution="720p", slow_render_ms=60,
+        metrics_port=-1, resolution="720p", slow_render_ms=50,
     )
     async with Stage(settings) as stage:
         show = asyncio.create_task(run_show(stage, chatty_show(), DURATION_S))
@@ -68,7 +68,7 @@ async def test_a_slow_renderer_steps_the_resolution_down_and_back_up(nats_server
     assert changes, summary
     down = changes[0]
     assert (down["from"], down["to"]) == ("720p", "480p")
-    assert down["t_ms"] <= 5000  # three one-second windows after the show began late
+    assert down["t_ms"] <= 5000, changes  # three one-second windows after the show began late
     assert any((c["from"], c["to"]) == ("480p", "720p") for c in changes[1:]), changes
     assert all(b["t_ms"] - a["t_ms"] >= 10000 for a, b in zip(changes, changes[1:], strict=False))
     assert len(changes) == 2
@@ -76,7 +76,8 @@ async def test_a_slow_renderer_steps_the_resolution_down_and_back_up(nats_server
     assert late["p99_before"] > late["budget"]
     frames = [e for e in read_events(engine, result.run, ["frame.rendered"])]
     slow_after = [f.late_ms for f in frames if down["t_ms"] + 500 < f.t_ms < SLOW_UNTIL_S * 1000]  # type: ignore[attr-defined]
-    assert slow_after and sorted(slow_after)[int(len(slow_after) * 0.99) - 1] <= late["budget"]
+    p99_slow = sorted(slow_after)[int(len(slow_after) * 0.99) - 1] if slow_after else None
+    assert p99_slow is not None and p99_slow <= late["budget"], (p99_slow, summary["resolution_changes"])
     assert {f.resolution for f in frames if down["t_ms"] + 500 < f.t_ms < SLOW_UNTIL_S * 1000} == {"480p"}  # type: ignore[attr-defined]
     # The audio never stutters: the MP4 holds the speech exactly where lipsync placed it.
     recorded = read_events(engine, result.run, ["audio.chunk", "viseme.track"])
@@ -84,8 +85,9 @@ async def test_a_slow_renderer_steps_the_resolution_down_and_back_up(nats_server
     want = expected_energy(recorded, 25, len(got))
     speech = want > 0.01
     assert speech.sum() > 100
-    assert np.corrcoef(got, want)[0, 1] > 0.95
-    assert (got[speech] > 0.003).mean() > 0.98
+    corr = np.corrcoef(got, want)[0, 1]
+    assert corr > 0.95, corr
+    assert (got[speech] > 0.003).mean() > 0.98, (got[speech] > 0.003).mean()
 
 
 def _show_s(started_at_ms: int) -> float:

@@ -168,3 +168,22 @@ def test_expired_jobs_leave_the_queue() -> None:
     sched.add(Job("z", "a", 0))
     assert [j.key for j in sched.expired(200)] == ["x"]
     assert sorted(j.key for j in sched) == ["y", "z"]
+
+
+@given(st.floats(0, 60))
+def test_the_ladder_goes_up_only_when_the_bigger_picture_would_fit(cost) -> None:  # type: ignore[no-untyped-def]
+    policy = LadderPolicy()
+    ladder = ResolutionLadder("720p", policy)
+    t = 0
+    for _ in range(policy.bad_windows):
+        t += 1000
+        ladder.observe(Window(t, 90, 0))
+    assert ladder.current == "480p"
+    ups = []
+    for _ in range(60):
+        t += 1000
+        change = ladder.observe(Window(t, 5, 0, 25, cost))
+        if change is not None:
+            ups.append(change)
+    fits = cost * (1280 * 720) / (854 * 480) <= policy.headroom * policy.budget_ms
+    assert bool(ups) == fits

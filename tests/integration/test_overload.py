@@ -52,6 +52,7 @@ async def test_a_slow_renderer_steps_the_resolution_down_and_back_up(nats_server
         show = asyncio.create_task(run_show(stage, chatty_show(), DURATION_S))
         await wait_for(lambda: any(rt.actor.name == "render" for rt in stage.runtimes), what="render started")
         render = next(rt.actor for rt in stage.runtimes if rt.actor.name == "render")
+        await wait_for(lambda: bool(render._shows), what="the renderer on stage")  # type: ignore[attr-defined]  # noqa: SLF001
 
         async def downgraded() -> bool:
             info = await stage.js.stream_info(stream_name("qos"), subjects_filter="troupe.*.qos.resolution_changed")

@@ -64,10 +64,13 @@ async def test_batches_hold_one_role_and_the_heaviest_role_goes_first(js, settin
         for i, role in enumerate(order):
             cue = CueIssued(id=f"{run}-{i}", run=run, role=role, seq=i, user="u", text="t", danmaku=(), routed_by="t")
             await js.publish(subject_for(cue), codec.encode(cue), headers={"Nats-Msg-Id": cue.id})
-        await wait_for(lambda: rt._waiting() >= len(order) - 1, what="cues queued")  # noqa: SLF001
+            if i == 0:  # the first one keeps the worker busy while the rest queue up
+                await wait_for(lambda: rt._working == 1, what="the first cue in the worker")  # noqa: SLF001
+        await wait_for(lambda: rt._waiting() >= len(order), what="cues queued")  # noqa: SLF001
         worker.gate.set()
         await wait_for(lambda: sum(map(len, worker.batches)) == len(order), what="all served")
     first, *rest = worker.batches
+    assert first == ["c"]
     assert all(len(set(b)) == 1 and len(b) <= 4 for b in worker.batches)
     assert [b[0] for b in rest] == ["a", "b", "c"]  # after the batch that was running: by weight
     assert sorted(r for b in worker.batches for r in b) == sorted(order)
@@ -80,13 +83,15 @@ async def test_work_past_its_deadline_is_dropped_with_an_event(js, settings: Set
     async with ActorRuntime(worker, js, settings, Metrics()) as rt:
         now = int(time.time() * 1000) - start.started_at_ms
         cues = [
-            CueIssued(id=f"{run}-{i}", run=run, role="c", seq=i, user="u", text="t", danmaku=(), routed_by="t",
+            CueIssued(id=f"{run}-{i}", run=run, role=role, seq=i, user="u", text="t", danmaku=(), routed_by="t",
                       deadline_ms=now + (200 if i == 1 else 60000))
-            for i in range(3)
+            for i, role in enumerate("acb")
         ]
-        for cue in cues:
+        await js.publish(subject_for(cues[0]), codec.encode(cues[0]), headers={"Nats-Msg-Id": cues[0].id})
+        await wait_for(lambda: rt._working == 1, what="the first cue in the worker")  # noqa: SLF001
+        for cue in cues[1:]:
             await js.publish(subject_for(cue), codec.encode(cue), headers={"Nats-Msg-Id": cue.id})
-        await wait_for(lambda: rt._waiting() >= 2, what="cues queued")  # noqa: SLF001
+        await wait_for(lambda: rt._waiting() >= 3, what="cues queued")  # noqa: SLF001
         # The worker is held: the second cue's deadline passes while it waits.
         await wait_for(lambda: time.time() * 1000 - start.started_at_ms > cues[1].deadline_ms + 60, what="deadline")
         worker.gate.set()

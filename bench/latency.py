@@ -1,9 +1,12 @@
 """Interaction latency: danmaku publish -> first frame showing the reply's first non-silent viseme.
 
-``python -m bench.latency [--json] [--count N] [--interval S] [--resolution R]``
+``python -m bench.latency [--json] [--count N] [--interval S] [--resolution R] [--split ACTORS]``
 
-The whole show runs in this one process (every actor, an embedded nats-server,
-the SQLite store, the MP4 sink) with the scripted LLM and espeak.  Danmaku are
+The show runs as it is deployed: by default the media sink and the recorder in
+processes of their own (``troupe actor sink``, ``troupe actor recorder``) and every
+other actor in this one, with an embedded nats-server, the SQLite store, the
+scripted LLM and espeak; ``--split ""`` runs every actor in this one process, as
+``troupe up`` does.  Danmaku are
 published at a steady rate, spread over the roles, each one after the previous
 reply has finished (replies are one sentence), so the stage is idle when it
 arrives.  Latencies come from the event store: the wall-clock emission time
@@ -143,8 +146,8 @@ def main() -> None:
     parser.add_argument("--resolution", default="720p")
     parser.add_argument("--json", action="store_true")
     parser.add_argument(
-        "--split", default="",
-        help="comma-separated actors to run in processes of their own (e.g. sink,recorder)",
+        "--split", default="sink,recorder",
+        help="comma-separated actors to run in processes of their own (default sink,recorder; '' for none)",
     )
     args = parser.parse_args()
     split = tuple(n for n in args.split.split(",") if n)
@@ -162,7 +165,7 @@ def main() -> None:
         f"p99 {doc['p99_ms']:.0f} ms (target p99 <= 87 ms); all {doc['answered']} (some waited for "
         f"the floor): p50 {doc['all_p50_ms']:.0f} ms, p99 {doc['all_p99_ms']:.0f} ms"
     )
-    write_result("latency" + ("-split" if split else ""), doc)
+    write_result("latency" if split else "latency-one-process", doc)
     if args.json:
         print(json.dumps({k: doc[k] for k in (
             "p50_ms", "p99_ms", "all_p50_ms", "all_p99_ms", "count", "answered", "idle",

@@ -19,9 +19,10 @@ from events.audio import AudioChunk
 from events.base import Event
 from events.utterance import UtteranceDropped
 from events.viseme import VisemeCut, VisemeMark, VisemeTrack
+from infra.settings import Settings, for_run
 
 ANTICIPATION_MS = 20
-DEFAULT_INTERRUPT = 4.0  # TROUPE_INTERRUPT_PRIORITY, recorded in run.started.config
+DEFAULTS = Settings()  # the run's recorded settings (run.started.config) override these
 
 
 def visemes_of(chunk: AudioChunk, start_ms: int) -> tuple[VisemeMark, ...]:
@@ -105,7 +106,7 @@ class LipsyncActor(Actor):
     @staticmethod
     def _interrupt(stage: _Stage, utt: _Utterance, chunk: AudioChunk, ctx: Context) -> list[Event]:
         """A reply urgent enough takes the floor now: the speaking one is cut where it is."""
-        threshold = float((ctx.run.config if ctx.run else {}).get("interrupt_priority", DEFAULT_INTERRUPT))
+        threshold = for_run(DEFAULTS, ctx.run.config if ctx.run else {}).interrupt_priority
         cut = stage.speaking
         if utt.priority < threshold or cut is None or cut.priority >= threshold:
             return []

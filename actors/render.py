@@ -27,6 +27,7 @@ from events.qos import FramesObserved, QosObserved, ResolutionChanged
 from events.run import RunEnded, RunStarted
 from events.viseme import VisemeCut, VisemeTrack
 from infra.settings import Settings, for_run
+from schedulers.baseline import nearest_rank
 
 log = logging.getLogger(__name__)
 SUBTITLE_HOLD_MS = 1200
@@ -188,9 +189,9 @@ class RenderActor(Actor):
         due = len(late) + show.window_skipped
         obs = FramesObserved(
             id=derive_id(show.run.id, f"frames{last.n}"), run=show.run.run, t_ms=last.t_ms,
-            window_end_ms=last.t_ms, frames=len(late), lateness_p99_ms=late[max(0, -(-99 * len(late) // 100) - 1)],
+            window_end_ms=last.t_ms, frames=len(late), lateness_p99_ms=nearest_rank(late, 99),
             loss=show.window_skipped / due, resolution=last.resolution,
-            cost_p99_ms=round(sorted(show.window_cost)[max(0, -(-99 * len(show.window_cost) // 100) - 1)], 2),
+            cost_p99_ms=round(nearest_rank(sorted(show.window_cost), 99), 2),
         )
         show.window_cost.clear()
         show.window_late.clear()
@@ -279,6 +280,32 @@ def draw_frame(
         resolution=_resolution_name(height), speaking=tuple(marks), late_ms=late_ms,
         track=track.id if track is not None else None, jpeg=jpeg,
     )
+
+
+class Redrawer:
+    """Draws a recorded run's frames again (re-execution, export, playback): one renderer per
+    resolution, the run's JPEG quality, a memo of recent pictures.  Safe to use from threads."""
+
+    def __init__(self, run: RunStarted, settings: Settings, memo_size: int = 256) -> None:
+        self.run = run
+        self.quality = for_run(settings, run.config).jpeg_quality
+        self.memo = FrameMemo(memo_size)
+        self._renderers: dict[str, StageRenderer] = {}
+        self._roles: tuple[str, ...] = ()
+        self._lock = threading.Lock()
+
+    def prepare(self, resolution: str) -> None:
+        """Build the renderer of a resolution now (a few hundred ms), not in the middle of drawing."""
+        with self._lock:
+            if resolution not in self._renderers:
+                renderer, self._roles = stage_renderer(self.run)
+                renderer.set_resolution(resolution)
+                self._renderers[resolution] = renderer
+
+    def draw(self, n: int, latest: VisemeTrack | None, resolution: str) -> FrameRendered:
+        """Frame ``n`` at ``resolution`` given the latest track started by its show time."""
+        self.prepare(resolution)
+        return draw_frame(self._renderers[resolution], self.run, self._roles, n, latest, self.quality, memo=self.memo)
 
 
 def stage_renderer(run: RunStarted, device: str = "cpu") -> tuple[StageRenderer, tuple[str, ...]]:

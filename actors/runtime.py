@@ -35,12 +35,14 @@ from events.subjects import is_token, run_of, stream_name, subject_for
 from infra.bus import ConsumerSpec, provision_consumers
 from infra.metrics import Metrics
 from infra.settings import Settings
+from schedulers.baseline import nearest_rank
 from schedulers.batching import Job, RoleScheduler
 from schedulers.priority import PriorityPolicy
 
 log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 RESTARTS = 5
+FAILED = object()  # what _call returns when the handler raised
 OBSERVE_PERIOD_S = 1.0  # how often a runtime publishes its observations (qos.observed)
 _INSTANCE = f"{os.getpid()}-{time.time_ns()}"  # tells apart the observations of two processes
 
@@ -403,24 +405,31 @@ class ActorRuntime:
             ctx = Context(event, int(self.clock() * 1000) - event.started_at_ms)
         if ctx.run is not None and ctx.run.replay_of is not None and not self.actor.plays_replays:
             return
-        started = time.perf_counter()
-        try:
-            if self.actor.blocking:
-                outputs = await self._in_thread(self.actor.handle, event, ctx)
-            else:
-                outputs = self.actor.handle(event, ctx)
-        except HandlerError as exc:
-            d.error, d.permanent = str(exc), True
-        except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
-            log.exception("%s failed on %s %s", self.actor.name, event.type, event.id)
-            d.error = f"{type(exc).__name__}: {exc}"
-        else:
+        outputs = await self._call([d], f"{event.type} {event.id}", self.actor.handle, event, ctx)
+        if outputs is not FAILED:
             d.outputs.extend(outputs)
             self._tick_wakeup.set()
+
+    async def _call(self, deliveries: list[Delivery], what: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run a handler (on the actor's worker thread when it blocks) and time it; when it raises,
+        mark the deliveries failed (for good on a HandlerError, else for a retry) and return FAILED."""
+        started = time.perf_counter()
+        result: Any = FAILED
+        try:
+            result = await self._in_thread(fn, *args) if self.actor.blocking else fn(*args)
+        except HandlerError as exc:
+            for d in deliveries:
+                d.error, d.permanent = str(exc), True
+        except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
+            log.exception("%s failed on %s", self.actor.name, what)
+            for d in deliveries:
+                d.error = f"{type(exc).__name__}: {exc}"
         elapsed = time.perf_counter() - started
         self._handler_seconds.observe(elapsed)
         if self.actor.observed:
-            self._samples.setdefault((event.run, "handler"), []).append(elapsed * 1000)
+            run = deliveries[0].event.run if deliveries[0].event is not None else "_"
+            self._samples.setdefault((run, "handler"), []).append(elapsed * 1000)
+        return result
 
     # -- scheduled actors -----------------------------------------------------
 
@@ -486,26 +495,10 @@ class ActorRuntime:
         # state is still touched by one caller at a time: blocking actors run everything on
         # their one worker thread, the others on the event loop.
         ctx = await self.context(events[0].run)
-        started = time.perf_counter()
-        try:
-            if self.actor.blocking:
-                outputs = await self._in_thread(self.actor.handle_batch, events, ctx)
-            else:
-                outputs = self.actor.handle_batch(events, ctx)
-        except HandlerError as exc:
-            for d in deliveries:
-                d.error, d.permanent = str(exc), True
-        except Exception as exc:  # noqa: BLE001 - the batch is retried, then dead-lettered
-            log.exception("%s failed on a batch of %d", self.actor.name, len(events))
-            for d in deliveries:
-                d.error = f"{type(exc).__name__}: {exc}"
-        else:
+        outputs = await self._call(deliveries, f"a batch of {len(events)}", self.actor.handle_batch, events, ctx)
+        if outputs is not FAILED:
             for d, out in zip(deliveries, outputs, strict=True):
                 d.outputs.extend(out)
-        elapsed = time.perf_counter() - started
-        self._handler_seconds.observe(elapsed)
-        if self.actor.observed:
-            self._samples.setdefault((events[0].run, "handler"), []).append(elapsed * 1000)
         async with self._lock:
             for d in deliveries:
                 if d.outputs:
@@ -524,8 +517,7 @@ class ActorRuntime:
         samples, self._samples = self._samples, {}
         rows: list[tuple[str, str, float, str]] = []  # run, metric, value, source
         for (run, what), values in samples.items():
-            values.sort()
-            p99 = values[max(0, -(-99 * len(values) // 100) - 1)]
+            p99 = nearest_rank(sorted(values), 99)
             if what == "handler":
                 rows.append((run, "handler_ms", p99, self.actor.name))
             else:

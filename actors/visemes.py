@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import dataclasses
 import unicodedata
+from collections.abc import Iterable
 from typing import Literal
 
-from events.viseme import VisemeMark, VisemeTrack
+from events.viseme import VisemeCut, VisemeMark, VisemeTrack
 
 VISEMES = ("sil", "PP", "FF", "TH", "DD", "kk", "CH", "SS", "nn", "RR", "aa", "E", "ih", "oh", "ou")
 
@@ -100,6 +101,17 @@ def viseme_for(ipa: str) -> str:
 def is_silent(viseme: str) -> bool:
     """True for the rest viseme (mouth closed, nothing spoken)."""
     return viseme == "sil"
+
+
+def apply_cuts(tracks: Iterable[VisemeTrack], cuts: Iterable[VisemeCut]) -> dict[str, VisemeTrack]:
+    """Recorded tracks by id, as they stand after the recorded interruptions (what was drawn)."""
+    at = {c.utterance: c.at_ms for c in cuts}
+    out = {}
+    for track in tracks:
+        kept = cut_track(track, at[track.utterance]) if track.utterance in at else track
+        if kept is not None:
+            out[track.id] = kept
+    return out
 
 
 def cut_track(track: VisemeTrack, at_ms: int) -> VisemeTrack | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -10,19 +9,17 @@ import orjson
 from sqlalchemy import Engine, func, select
 
 from events import codec
+from schedulers.baseline import nearest_rank
+from schedulers.ladder import LADDER
 from store.schema import events
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Nearest-rank percentile (q in 0..100) or None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = max(1, math.ceil(q / 100 * len(ordered)))
-    return float(ordered[rank - 1])
+    return float(nearest_rank(sorted(values), q)) if values else None
 
 
-def _quantiles(values: Sequence[float]) -> dict[str, Any]:
+def quantiles(values: Sequence[float]) -> dict[str, Any]:
     return {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99)}
 
 
@@ -118,16 +115,12 @@ def frame_lateness(engine: Engine, run: str, changes: list[dict[str, Any]], budg
     with engine.connect() as conn:
         frames = [(t, orjson.loads(codec.split(body)[0])["payload"].get("late_ms", 0.0)) for t, body in conn.execute(query)]
     out: dict[str, Any] = {"budget": budget_ms, "p99": percentile([late for _, late in frames], 99)}
-    down = next((c for c in changes if _rank(c["to"]) > _rank(c["from"])), None)
+    down = next((c for c in changes if LADDER.index(c["to"]) > LADDER.index(c["from"])), None)
     if down is not None:
         out["first_downgrade_ms"] = down["t_ms"]
         out["p99_before"] = percentile([late for t, late in frames if t <= down["t_ms"]], 99)
         out["p99_after"] = percentile([late for t, late in frames if t > down["t_ms"]], 99)
     return out
-
-
-def _rank(resolution: str) -> int:
-    return ("1080p", "720p", "480p", "360p").index(resolution) if resolution in ("1080p", "720p", "480p", "360p") else -1
 
 
 def summarise(engine: Engine, run: str, mp4: str | None, fps: int = 25) -> dict[str, Any]:
@@ -140,8 +133,8 @@ def summarise(engine: Engine, run: str, mp4: str | None, fps: int = 25) -> dict[
         "mp4": mp4,
         "events": dict(sorted(counts.items())),
         "latency_ms": {
-            "danmaku_to_first_audio": _quantiles(lat["audio"]),
-            "danmaku_to_first_viseme_frame": _quantiles(lat["frame"]),
+            "danmaku_to_first_audio": quantiles(lat["audio"]),
+            "danmaku_to_first_viseme_frame": quantiles(lat["frame"]),
         },
         "frames": frame_timing(engine, run),
         "resolution_changes": changes,

@@ -9,8 +9,15 @@ still join the window, so a lasting shift becomes the new baseline.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+
+def nearest_rank(ordered: Sequence[float], q: float) -> float:
+    """The nearest-rank percentile ``q`` (0..100) of values already sorted (not empty)."""
+    return ordered[max(0, math.ceil(q * len(ordered) / 100) - 1)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,8 +45,7 @@ class LatencyBaselines:
         h = self._hops.get(hop)
         if h is None or not h.ordered:
             return None
-        k = max(0, -(-99 * len(h.ordered) // 100) - 1)  # nearest rank
-        return h.ordered[k]
+        return nearest_rank(h.ordered, 99)
 
     def observe(self, hop: str, sample_ms: float) -> Anomaly | None:
         h = self._hops.get(hop)

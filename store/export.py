@@ -23,7 +23,7 @@ from events.audio import AudioChunk
 from events.frame import FrameRendered
 from events.run import RunEnded
 from events.viseme import VisemeCut, VisemeTrack
-from infra.settings import Settings, for_run
+from infra.settings import Settings
 from store.database import StoreError
 from store.queries import iter_rows, run_info, run_started
 
@@ -37,17 +37,16 @@ class ExportResult:
 
 
 def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int | None = None) -> ExportResult:
-    from actors.render import FrameMemo, draw_frame, stage_renderer
+    from actors.render import Redrawer
     from actors.sink import SinkActor
+    from actors.visemes import apply_cuts
 
     begun = time.perf_counter()
     info = run_info(engine, run)
     rows = list(iter_rows(engine, run))
     start = run_started(rows)
-    from store.reexec import as_cut
-
-    placed = {r.event.id: r.event for r in rows if isinstance(r.event, VisemeTrack)}
-    tracks = sorted(as_cut(placed, [r.event for r in rows if isinstance(r.event, VisemeCut)]).values(),
+    tracks = sorted(apply_cuts((r.event for r in rows if isinstance(r.event, VisemeTrack)),
+                               (r.event for r in rows if isinstance(r.event, VisemeCut))).values(),
                     key=lambda t: t.start_ms)
     starts = [t.start_ms for t in tracks]
     by_id = {t.id: t for t in tracks}
@@ -56,9 +55,7 @@ def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int
     total = duration_ms * start.fps // 1000
     if total <= 0:
         raise StoreError(f"run {run!r} has nothing to export (no duration, no frames, no speech)")
-    quality = for_run(settings, start.config).jpeg_quality
-    renderers = {}
-    roles: tuple[str, ...] = ()
+    redraw = Redrawer(start, settings)
     jobs = []
     resolution = start.resolution
     for n in range(total):
@@ -69,11 +66,8 @@ def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int
         else:
             i = bisect.bisect_right(starts, n * 1000 // start.fps) - 1
             track = tracks[i] if i >= 0 else None
-        if resolution not in renderers:
-            renderer, roles = stage_renderer(start)
-            renderer.set_resolution(resolution)
-            renderers[resolution] = renderer
-        jobs.append((n, renderers[resolution], track))
+        redraw.prepare(resolution)
+        jobs.append((n, track, resolution))
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -85,8 +79,7 @@ def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int
             if isinstance(row.event, AudioChunk | VisemeTrack | VisemeCut):
                 sink.handle(row.event, ctx)
         with concurrent.futures.ThreadPoolExecutor(workers or min(4, os.cpu_count() or 1)) as pool:
-            memo = FrameMemo(256)
-            frames = pool.map(lambda job: draw_frame(job[1], start, roles, job[0], job[2], quality, memo=memo), jobs)
+            frames = pool.map(lambda job: redraw.draw(*job), jobs)
             for frame in frames:
                 sink.handle(frame, ctx)
         sink.handle(RunEnded(id=f"{run}-export-end", run=run, reason="export", duration_ms=duration_ms), ctx)

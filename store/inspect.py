@@ -16,7 +16,7 @@ from events.base import Event
 from events.danmaku import DanmakuReceived, DanmakuRejected
 from events.error import DeadLettered
 from events.frame import FrameRendered
-from infra.summary import percentile
+from infra.summary import quantiles
 from store.database import StoreError
 from store.queries import Row, iter_rows, run_info
 
@@ -26,10 +26,6 @@ _HOP_NAMES = {
     "cue.issued": "director", "utterance.chunk": "llm", "audio.chunk": "tts",
     "viseme.track": "lipsync", "frame.rendered": "render",
 }
-
-
-def _stats(values: Sequence[float]) -> dict[str, Any]:
-    return {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99)}
 
 
 def _speaks_in(frame: FrameRendered) -> set[str]:
@@ -68,7 +64,7 @@ def _hop_latencies(first: dict[str, dict[str, int]], corrs: Sequence[str]) -> di
             prev = at
         if "frame.rendered" in hops:
             per_hop["total"].append(float(hops["frame.rendered"] - hops["danmaku.received"]))
-    return {name: _stats(per_hop[name]) for name in (*_HOP_NAMES.values(), "total") if per_hop[name]}
+    return {name: quantiles(per_hop[name]) for name in (*_HOP_NAMES.values(), "total") if per_hop[name]}
 
 
 def report(engine: Engine, run: str) -> dict[str, Any]:

@@ -90,10 +90,13 @@ def prepare(
     start = run_started(everything)
     wanted = _select(everything, types, from_ms, to_ms)
     mapper = _Mapper((r.event.id for r in everything), into)
-    from store.reexec import as_cut
+    from actors.render import Redrawer
+    from actors.visemes import apply_cuts
+    from infra.settings import load_settings
 
-    placed = {r.event.id: r.event for r in everything if isinstance(r.event, VisemeTrack)}
-    redraw = _Redrawer(start, list(as_cut(placed, [r.event for r in everything if isinstance(r.event, VisemeCut)]).values()))
+    tracks = apply_cuts((r.event for r in everything if isinstance(r.event, VisemeTrack)),
+                        (r.event for r in everything if isinstance(r.event, VisemeCut)))
+    redraw = Redrawer(start, load_settings(environ={}), memo_size=64)
     out: list[Message] = []
     first = [r for r in everything if isinstance(r.event, RunStarted)][:1]
     for row in first + [r for r in wanted if not isinstance(r.event, RunStarted)]:
@@ -104,7 +107,7 @@ def prepare(
             doc["payload"]["replay_of"] = run
             doc["payload"]["started_at_ms"] = started_at_ms if started_at_ms is not None else int(time.time() * 1000)
         if isinstance(e, FrameRendered) and row.blob_digest is not None:
-            blob = redraw(e)
+            blob = redraw.draw(e.n, tracks.get(e.track) if e.track else None, e.resolution).jpeg
         data = orjson.dumps(doc)
         if blob is not None:
             data = codec.frame(data, blob)
@@ -123,28 +126,6 @@ def _select(rows: list[Row], types: Sequence[str] | None, from_ms: int | None, t
         return to_ms is None or row.event.t_ms < to_ms
 
     return [r for r in rows if keep(r)]
-
-
-class _Redrawer:
-    """Draws frames whose images the store kept by digest only, from their viseme tracks."""
-
-    def __init__(self, run: RunStarted, tracks: list[VisemeTrack]) -> None:
-        self.run = run
-        self.tracks = {t.id: t for t in tracks}
-        self._renderer: Any = None
-        self._memo: Any = None
-
-    def __call__(self, frame: FrameRendered) -> bytes:
-        from actors.render import FrameMemo, draw_frame, stage_renderer
-        from infra.settings import for_run, load_settings
-
-        if self._renderer is None:
-            self._renderer, self._roles = stage_renderer(self.run)
-            self._memo = FrameMemo(64)
-            self._quality = for_run(load_settings(environ={}), self.run.config).jpeg_quality
-        self._renderer.set_resolution(frame.resolution)
-        track = self.tracks.get(frame.track) if frame.track else None
-        return draw_frame(self._renderer, self.run, self._roles, frame.n, track, self._quality, memo=self._memo).jpeg
 
 
 async def publish(

@@ -22,6 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from events import codec
 from events.base import Event
 from events.run import RunEnded, RunStarted
+from store.queries import decode_row
 from store.schema import consumers, events, runs
 
 
@@ -149,16 +150,11 @@ def plain_insert(engine: Engine, rows: Sequence[dict[str, Any]]) -> None:
         conn.execute(insert(events), list(rows))
 
 
-def decode_row(body: bytes, digest: str | None) -> Event:
-    """An event from its stored body; a frame stored by digest gets empty image bytes."""
-    return codec.decode(codec.frame(body, b"") if digest else body)
-
-
 def read_events(engine: Engine, run: str, types: Iterable[str] | None = None) -> list[Event]:
     """The run's recorded events in store order, decoded (frames stored by digest get empty bytes)."""
-    query = select(events.c.body, events.c.blob_digest).where(events.c.run == run).order_by(events.c.pos)
+    query = select(events.c.pos, events.c.body, events.c.blob_digest).where(events.c.run == run).order_by(events.c.pos)
     if types is not None:
         query = query.where(events.c.type.in_(list(types)))
     with engine.connect() as conn:
         rows = list(conn.execute(query))
-    return [decode_row(body, digest) for body, digest in rows]
+    return [decode_row(pos, body, digest) for pos, body, digest in rows]

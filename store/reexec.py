@@ -36,7 +36,7 @@ from events.qos import FramesObserved, QosObserved
 from events.run import RunStarted
 from events.utterance import UtteranceDropped
 from events.viseme import VisemeCut, VisemeTrack
-from infra.settings import Settings, for_run, load_settings
+from infra.settings import Settings, load_settings
 from store.queries import Row, iter_rows, run_info, run_started
 
 ACTORS = ("director", "lipsync", "render", "qos")
@@ -177,36 +177,30 @@ def _replay_handler(
 
 
 def _frames(run: RunStarted, settings: Settings, rec: _Recording, workers: int) -> Iterator[Divergence | int]:
-    from actors.render import FrameMemo, draw_frame, stage_renderer
+    from actors.render import Redrawer
+    from actors.visemes import apply_cuts
 
     frames = sorted((r for r in rec.rows if isinstance(r.event, FrameRendered)), key=lambda r: r.event.n)  # type: ignore[attr-defined]
-    tracks = as_cut({r.event.id: r.event for r in rec.rows if isinstance(r.event, VisemeTrack)},
-                    [r.event for r in rec.rows if isinstance(r.event, VisemeCut)])
-    renderers: dict[str, Any] = {}
-    roles: tuple[str, ...] = ()
-    quality = for_run(settings, run.config).jpeg_quality
+    tracks = apply_cuts((r.event for r in rec.rows if isinstance(r.event, VisemeTrack)),
+                        (r.event for r in rec.rows if isinstance(r.event, VisemeCut)))
+    redraw = Redrawer(run, settings, memo_size=512)
     jobs = []
     for row in frames:
         frame = row.event
         assert isinstance(frame, FrameRendered)
-        if frame.resolution not in renderers:
-            renderer, roles = stage_renderer(run)
-            renderer.set_resolution(frame.resolution)
-            renderers[frame.resolution] = renderer
+        redraw.prepare(frame.resolution)
         track_row = rec.by_id.get(frame.track) if frame.track else None
         if frame.track and (track_row is None or not isinstance(track_row.event, VisemeTrack)):
             yield Divergence("render", row.pos, frame.id, frame.type, "differs", comparable(frame, _recorded_digest(row)),
                              None, rec.chain(frame.id))
             continue
-        track = tracks.get(frame.track) if frame.track else None
-        jobs.append((row, renderers[frame.resolution], track))
+        jobs.append((row, tracks.get(frame.track) if frame.track else None))
 
-    def draw(job: tuple[Row, Any, VisemeTrack | None]) -> tuple[Row, dict[str, Any]]:
-        row, renderer, track = job
+    def draw(job: tuple[Row, VisemeTrack | None]) -> tuple[Row, dict[str, Any]]:
+        row, track = job
         assert isinstance(row.event, FrameRendered)
-        return row, comparable(draw_frame(renderer, run, roles, row.event.n, track, quality, memo=memo))
+        return row, comparable(redraw.draw(row.event.n, track, row.event.resolution))
 
-    memo = FrameMemo(512)
     checked = 0
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         for row, actual in pool.map(draw, jobs):
@@ -217,19 +211,6 @@ def _frames(run: RunStarted, settings: Settings, rec: _Recording, workers: int) 
                                  rec.chain(row.event.id))
                 break
     yield checked
-
-
-def as_cut(tracks: dict[str, VisemeTrack], cuts: Iterable[VisemeCut]) -> dict[str, VisemeTrack]:
-    """The tracks as the renderer held them after the interruptions (cut_track)."""
-    from actors.visemes import cut_track
-
-    at = {c.utterance: c.at_ms for c in cuts}
-    out = {}
-    for track_id, track in tracks.items():
-        kept = cut_track(track, at[track.utterance]) if track.utterance in at else track
-        if kept is not None:
-            out[track_id] = kept
-    return out
 
 
 def verify(

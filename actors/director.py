@@ -1,4 +1,6 @@
-"""Director: validates danmaku, routes each to a role, merges near-duplicates into one cue."""
+"""Director: validates danmaku, routes each to a role, merges near-duplicates into one cue,
+and keeps the stage live: comments wait for the floor in ``schedulers.stage.StagePlan``,
+which answers what matters within seconds and lets the rest go with a reason."""
 
 from __future__ import annotations
 
@@ -13,12 +15,20 @@ from actors.base import Actor, Context, Input
 from actors.show import Show, show_from_dict
 from events.base import Event, derive_id
 from events.cue import CueIssued, CueMerged
-from events.danmaku import DanmakuReceived, DanmakuRejected
+from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
+from events.run import RunStarted
 from infra.settings import Settings, for_run
+from schedulers.stage import ADDRESSED, COMMENT, GIFT, MODERATOR, Decision, StagePlan, StagePolicy
 
 KINDS = ("comment", "gift", "moderator")
 MAX_USER_CHARS = 64
-SPEECH_ESTIMATE_MS = 3000
+SKIP_DETAIL = {
+    "stale": "the stage was busy: not answered within {wait} ms",
+    "superseded": "the same viewer sent a newer comment while this one waited",
+    "user_waiting": "the same viewer has a comment waiting for the floor already",
+    "show_ending": "the show ends before a reply could be spoken",
+    "run_ending": "the show ended while it waited",
+}
 _MENTION = re.compile(r"@([\w\-]+)", re.UNICODE)
 _PUNCT = re.compile(r"[\W_]+", re.UNICODE)
 _WORD = re.compile(r"[a-z0-9']+")
@@ -29,11 +39,12 @@ def _mentions(keyword: str, folded: str, words: set[str]) -> bool:
     return keyword in words if keyword.isascii() else keyword in folded
 
 
-def _priority(weight: float, kind: str, interrupt: float) -> float:
-    """A cue's priority: the role's weight, doubled for a gift; a moderator line always interrupts."""
-    if kind == "moderator":
-        return max(interrupt, weight)
-    return weight * (2.0 if kind == "gift" else 1.0)
+def _priority(weight: float, kind: str, interrupt: float, urgent: bool) -> float:
+    """A cue's priority: the role's weight, doubled for a gift; an urgent line (a moderator's or a
+    gift) gets the interrupt priority and takes the floor."""
+    base = weight * (2.0 if kind == "gift" else 1.0)
+    # Only urgent lines take the floor: any other stays below the interrupt priority.
+    return max(interrupt, base) if urgent else min(base, round(interrupt * 0.9, 3))
 
 
 def normalise(text: str) -> str:
@@ -41,13 +52,36 @@ def normalise(text: str) -> str:
     return _PUNCT.sub("", unicodedata.normalize("NFKC", text).casefold())
 
 
-def bad_characters(text: str) -> str | None:
-    """A description of the first control/unpaired character, or None."""
+# Bidirectional embeddings, overrides and isolates: they reorder what viewers see.
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+# Characters that draw nothing although they are letters or marks (fillers, grapheme joiner).
+_FILLERS = frozenset("\u034f\u115f\u1160\u17b4\u17b5\u180e\u3164\uffa0")
+
+
+def bad_characters(text: str, allowed: str = "\n\t") -> str | None:
+    """The first control character (C0, C1, a bidi override or isolate) or surrogate, private-use
+    or unassigned character, as ``U+XXXX``, or None; ``allowed`` controls are let through."""
     for ch in text:
-        cat = unicodedata.category(ch)
-        if cat in ("Cc", "Cs", "Co", "Cn") and ch not in ("\n", "\t") or ch in "\u202e\u202d\u2066\u2067\u2068":
+        if ch in allowed:
+            continue
+        if unicodedata.category(ch) in ("Cc", "Cs", "Co", "Cn") or ch in _BIDI_CONTROLS:
             return f"U+{ord(ch):04X}"
     return None
+
+
+def blank(text: str) -> bool:
+    """True when nothing of the text shows: only spaces and invisible characters (zero-width ones,
+    the soft hyphen, BOM, word joiner and other format characters, variation selectors, fillers)."""
+    return all(
+        ch.isspace() or unicodedata.category(ch) in ("Cf", "Zs", "Zl", "Zp") or ch in _FILLERS
+        or "\ufe00" <= ch <= "\ufe0f" or "\U000e0100" <= ch <= "\U000e01ef"
+        for ch in text
+    )
+
+
+def _similar(key: str, other: str) -> bool:
+    """Nearly the same comment: equal keys, or long ones that differ in a character or two."""
+    return key == other or (len(key) >= 8 and difflib.SequenceMatcher(None, key, other).ratio() >= 0.9)
 
 
 @dataclass(slots=True)
@@ -55,15 +89,27 @@ class _Recent:
     key: str
     cue: str
     t_ms: int
+    until_ms: int  # the reply's estimated end: a repeat before it is answered by the same reply
+    kind: str = "comment"
+
+
+@dataclass(slots=True)
+class _Waiting:
+    event: DanmakuReceived
+    key: str
+    attached: dict[str, DanmakuReceived] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class _RunState:
+    run: RunStarted
     show: Show
     settings: Settings
+    plan: StagePlan
     cues: int = 0
     busy_until: dict[str, int] = field(default_factory=dict)
     recent: deque[_Recent] = field(default_factory=lambda: deque(maxlen=64))
+    waiting: dict[str, _Waiting] = field(default_factory=dict)  # danmaku id -> it and its duplicates
 
 
 class Director(Actor):
@@ -81,22 +127,55 @@ class Director(Actor):
         assert ctx.run is not None
         state = self._runs.get(ctx.run.run)
         if state is None:
-            state = _RunState(show_from_dict(ctx.run.show), for_run(self.settings, ctx.run.config))
+            settings = for_run(self.settings, ctx.run.config)
+            policy = StagePolicy(backlog_ms=settings.stage_backlog_ms)
+            state = _RunState(ctx.run, show_from_dict(ctx.run.show), settings, StagePlan(policy, ctx.run.duration_ms))
             self._runs[ctx.run.run] = state
         return state
 
+    # -- the clock: comments waiting for the floor ----------------------------
+
+    def next_tick(self, run: str) -> int | None:
+        state = self._runs.get(run)
+        return None if state is None else state.plan.next_due_ms()
+
+    def active_runs(self) -> Sequence[RunStarted]:
+        return [s.run for s in self._runs.values() if len(s.plan)]
+
+    def tick(self, ctx: Context) -> Sequence[Event]:
+        state = self._runs.get(ctx.run_id)
+        return [] if state is None else self._catch_up(state, ctx.now_ms)
+
+    def _catch_up(self, state: _RunState, now_ms: int) -> list[Event]:
+        """Every decision due by ``now_ms``, each at the show time it was due: the outcome depends
+        only on the inputs and when they were handled, never on when the clock woke up."""
+        out: list[Event] = []
+        while (due := state.plan.next_due_ms()) is not None and due <= now_ms:
+            out += self._outcomes(state, state.plan.decide(due))
+        return out
+
     def undecodable(self, key: str, raw: bytes, reason: str, ctx: Context) -> Sequence[Event]:
+        """A malformed danmaku is answered too, linked to the message: its causation and correlation
+        are ``key``, the message's id (its JSON ``id``, its Nats-Msg-Id, else its place in the stream)."""
         if ctx.run is None:
             return ()  # no run to answer in: the dead letter alone records it
+        code, detail = ("run_ended", f"run {ctx.run.run!r} has ended") if ctx.ended else ("malformed", reason)
         sample = raw[:200].decode("utf-8", "replace")
         return [DanmakuRejected(
-            id=derive_id(key, "rejected"), run=ctx.run.run,
-            t_ms=ctx.now_ms, reason="malformed", detail=reason, text=sample,
+            id=derive_id(key, "rejected"), run=ctx.run.run, causation=key, correlation=key,
+            t_ms=ctx.now_ms, reason=code, detail=detail, text=sample,
         )]
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
         if not isinstance(event, DanmakuReceived):
             return ()
+        out: list[Event] = []
+        if ctx.run is not None and ctx.run.run in self._runs:
+            out = self._catch_up(self._runs[ctx.run.run], ctx.now_ms)
+        return out + self._take(event, ctx)
+
+    def _take(self, event: DanmakuReceived, ctx: Context) -> list[Event]:
+        """Reject a danmaku, merge it with the same comment, or let it wait for the floor."""
         reason = self._reject_reason(event, ctx)
         if reason is not None:
             code, detail = reason
@@ -106,42 +185,87 @@ class Director(Actor):
                 user=event.user[:MAX_USER_CHARS], text=event.text[:200],
             )]
         state = self._state(ctx)
+        now = ctx.now_ms
         key = normalise(event.text)
-        merged = self._merge_target(state, key, ctx.now_ms)
-        if merged is not None:
-            return [CueMerged(
-                id=event.derive("merged"), run=event.run, role=None, causation=event.id,
-                correlation=event.id, t_ms=ctx.now_ms, cue=merged, user=event.user, text=event.text,
-            )]
-        role, routed_by = self._route(state, event, ctx.now_ms)
+        if event.kind != "moderator":  # a repeated comment (or gift) is answered once
+            waiting = self._waiting_duplicate(state, key) if event.kind == "comment" else None
+            if waiting is not None:  # answered (or let go) together with the comment it repeats
+                waiting.attached[event.id] = event
+                state.plan.attach(waiting.event.id, event.id)
+                return []
+            merged = self._merge_target(state, key, event.kind, now)
+            if merged is not None:
+                return [CueMerged(
+                    id=event.derive("merged"), run=event.run, role=None, causation=event.id,
+                    correlation=event.id, t_ms=now, cue=merged, user=event.user, text=event.text, heard_ms=now,
+                )]
+        state.waiting[event.id] = _Waiting(event, key)
+        return self._outcomes(state, state.plan.add(event.id, self._class(state, event), event.user, now))
+
+    def _class(self, state: _RunState, event: DanmakuReceived) -> int:
+        if event.kind == "moderator":
+            return MODERATOR
+        if event.kind == "gift":
+            return GIFT
+        _, routed_by = self._route(state, event, 0)
+        return ADDRESSED if routed_by in ("addressed", "mention", "name") else COMMENT
+
+    def _outcomes(self, state: _RunState, decisions: list[Decision]) -> list[Event]:
+        out: list[Event] = []
+        for d in decisions:
+            waiting = state.waiting.pop(d.candidate.key)
+            if d.answer:
+                out += self._cue(state, waiting, d)
+            else:
+                detail = SKIP_DETAIL[d.reason].format(wait=state.plan.policy.wait_ms[d.candidate.cls])
+                out += [DanmakuSkipped(
+                    id=e.derive("skipped"), run=e.run, causation=e.id, correlation=e.id, t_ms=d.at_ms,
+                    reason=d.reason, detail=detail, user=e.user, text=e.text, heard_ms=d.candidate.arrival_ms,
+                ) for e in (waiting.event, *waiting.attached.values())]
+        return out
+
+    def _cue(self, state: _RunState, waiting: _Waiting, d: Decision) -> list[Event]:
+        event, now = waiting.event, d.at_ms
+        role, routed_by = self._route(state, event, now)
         spec = state.show.role(role)
         assert spec is not None
         state.cues += 1
+        settings = state.settings
         cue = CueIssued(
             id=event.derive("cue"), run=event.run, role=role, causation=event.id,
-            correlation=event.id, t_ms=ctx.now_ms, seq=state.cues, user=event.user,
-            text=event.text, danmaku=(event.id,), routed_by=routed_by,
-            priority=_priority(spec.weight, event.kind, state.settings.interrupt_priority),
-            deadline_ms=ctx.now_ms + state.settings.cue_deadline_ms,
+            correlation=event.id, t_ms=now, seq=state.cues, user=event.user,
+            text=event.text, danmaku=(event.id, *waiting.attached), routed_by=routed_by,
+            priority=_priority(spec.weight, event.kind, settings.interrupt_priority, d.urgent),
+            deadline_ms=now + settings.cue_deadline_ms, max_sentences=d.sentences, heard_ms=d.candidate.arrival_ms,
         )
-        state.recent.append(_Recent(key, cue.id, ctx.now_ms))
-        start = max(ctx.now_ms, state.busy_until.get(role, 0))
-        state.busy_until[role] = start + SPEECH_ESTIMATE_MS
-        return [cue]
+        speech = state.plan.policy.estimate_ms(d.sentences)
+        start = max(now, state.busy_until.get(role, 0))
+        state.busy_until[role] = start + speech
+        state.recent.append(_Recent(waiting.key, cue.id, now, state.plan.floor_free_ms, event.kind))
+        merged = [CueMerged(
+            id=e.derive("merged"), run=e.run, role=None, causation=e.id, correlation=e.id, t_ms=now,
+            cue=cue.id, user=e.user, text=e.text, heard_ms=d.candidate.arrival_ms,
+        ) for e in waiting.attached.values()]
+        return [cue, *merged]
 
     def _reject_reason(self, event: DanmakuReceived, ctx: Context) -> tuple[str, str] | None:
         if ctx.run is None:
             return "unknown_run", f"no run {event.run!r} has started"
+        if ctx.ended:  # sent after the run's run.ended: no actor of any show answers it
+            return "run_ended", f"run {event.run!r} has ended"
         state = self._state(ctx)
         settings = state.settings
         text = event.text
-        if not text.strip():
+        if blank(text):
             return "empty", "the comment is empty"
         if len(text) > settings.max_danmaku_chars:
             return "too_long", f"{len(text)} characters, the limit is {settings.max_danmaku_chars}"
-        bad = bad_characters(text) or bad_characters(event.user)
+        bad = bad_characters(text)
         if bad is not None:
             return "control_characters", f"contains the control character {bad}"
+        bad = bad_characters(event.user, allowed="")
+        if bad is not None:
+            return "bad_user", f"the user name contains the control character {bad}"
         if len(event.user) > MAX_USER_CHARS:
             return "bad_user", f"user name over {MAX_USER_CHARS} characters"
         if event.kind not in KINDS:
@@ -154,18 +278,22 @@ class Director(Actor):
                 return "blocked", "contains a blocked word"
         return None
 
-    def _merge_target(self, state: _RunState, key: str, now_ms: int) -> str | None:
-        window = state.settings.merge_window_ms
-        if window <= 0:  # merging is off
+    def _merge_target(self, state: _RunState, key: str, kind: str, now_ms: int) -> str | None:
+        """The cue a repeat joins: one asked for within the merge window, or whose reply is not over."""
+        if state.settings.merge_window_ms <= 0:  # merging is off
             return None
         for recent in reversed(state.recent):
-            if now_ms - recent.t_ms > window:
-                break
-            if recent.key == key or (
-                len(key) >= 8 and difflib.SequenceMatcher(None, key, recent.key).ratio() >= 0.9
-            ):
-                return recent.cue
+            if now_ms - recent.t_ms > state.settings.merge_window_ms and now_ms > recent.until_ms:
+                continue
+            if recent.kind == kind and (_similar(key, recent.key) or kind == "gift" and now_ms < recent.until_ms):
+                return recent.cue  # gifts arriving while one is thanked are thanked together
         return None
+
+    @staticmethod
+    def _waiting_duplicate(state: _RunState, key: str) -> _Waiting | None:
+        if state.settings.merge_window_ms <= 0:
+            return None
+        return next((w for w in state.waiting.values() if _similar(key, w.key)), None)
 
     def _route(self, state: _RunState, event: DanmakuReceived, now_ms: int) -> tuple[str, str]:
         show = state.show
@@ -185,6 +313,7 @@ class Director(Actor):
         best = max(scores.values())
         if best > 0:
             return next(r.id for r in show.roles if scores[r.id] == best), "keyword"
-        least = min(show.roles, key=lambda r: (max(now_ms, state.busy_until.get(r.id, 0)), -r.weight))
+        # The role whose last reply ended longest ago (one floor: spread the talk over the roles).
+        least = min(show.roles, key=lambda r: (state.busy_until.get(r.id, 0), -r.weight))
         return least.id, "least_busy"
 

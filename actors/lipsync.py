@@ -3,7 +3,10 @@
 The stage has one floor: an utterance keeps it from its first audio chunk to its
 last, and waiting utterances take it in the order their speech arrived.  Chunks
 of one utterance are placed back to back, in (sentence, part) order, even when
-they arrive out of order.
+they arrive out of order.  A reply that could not start before its deadline is
+dropped whole, nothing is placed past the show's end, and an urgent reply (at the
+interrupt priority) takes the floor now: every reply on the timeline beyond this
+moment that is not urgent itself is cut where it is.
 """
 
 from __future__ import annotations
@@ -63,6 +66,9 @@ class _Utterance:
     done: bool = False
     dropped_from: int | None = None  # chunks from this seq on were dropped (deadline, interruption)
     priority: float = 1.0
+    deadline_ms: int = 0                # its speech must start by then (0: no deadline)
+    first_ms: int | None = None         # where its speech starts on the timeline
+    starts: list[tuple[int, int]] = field(default_factory=list)  # (start ms, sentence) of its tracks
 
 
 @dataclass(slots=True)
@@ -71,6 +77,7 @@ class _Stage:
     speaking: _Utterance | None = None
     waiting: deque[_Utterance] = field(default_factory=deque)
     known: dict[str, _Utterance] = field(default_factory=dict)
+    on_air: list[_Utterance] = field(default_factory=list)  # placed speech that may not be over yet
 
 
 class LipsyncActor(Actor):
@@ -92,7 +99,9 @@ class LipsyncActor(Actor):
         utt = stage.known.get(event.utterance)
         out: list[Event] = []
         if utt is None:
-            utt = stage.known[event.utterance] = _Utterance(event.utterance, priority=event.priority)
+            utt = stage.known[event.utterance] = _Utterance(
+                event.utterance, priority=event.priority, deadline_ms=event.deadline_ms,
+            )
             stage.waiting.append(utt)
             out += self._interrupt(stage, utt, event, ctx)
         key = (event.seq, event.part)
@@ -101,30 +110,42 @@ class LipsyncActor(Actor):
         if utt.dropped_from is not None and event.seq >= utt.dropped_from:
             return ()  # spoken after its reply was cut
         utt.pending[key] = event
-        return out + self._advance(stage, ctx.now_ms)
+        return out + self._advance(stage, ctx)
 
     @staticmethod
     def _interrupt(stage: _Stage, utt: _Utterance, chunk: AudioChunk, ctx: Context) -> list[Event]:
-        """A reply urgent enough takes the floor now: the speaking one is cut where it is."""
+        """A reply urgent enough takes the floor now: every reply on the timeline beyond this
+        moment that is not urgent itself is cut where it is (one not yet begun, whole)."""
         threshold = for_run(DEFAULTS, ctx.run.config if ctx.run else {}).interrupt_priority
-        cut = stage.speaking
-        if utt.priority < threshold or cut is None or cut.priority >= threshold:
+        if utt.priority < threshold:
             return []
         now = ctx.now_ms
-        cut.done, cut.dropped_from = True, cut.next_key[0] + (0 if cut.next_key[1] == 0 else 1)
-        cut.pending.clear()
-        stage.speaking = None
-        stage.floor_end_ms = min(stage.floor_end_ms, now)
+        stage.on_air = [u for u in stage.on_air if u.cursor_ms is not None and u.cursor_ms > now]
+        victims = [u for u in stage.on_air if u.priority < threshold]
+        if stage.speaking is not None and stage.speaking.priority < threshold and stage.speaking not in victims:
+            victims.append(stage.speaking)
+        out: list[Event] = []
+        common: dict[str, Any] = {"run": chunk.run, "causation": chunk.id, "correlation": chunk.correlation, "t_ms": now}
+        for cut in victims:
+            at = max(now, cut.first_ms if cut.first_ms is not None else now)
+            unheard = [seq for start, seq in cut.starts if start >= at]
+            cut.dropped_from = min(unheard) if unheard else cut.next_key[0] + (0 if cut.next_key[1] == 0 else 1)
+            cut.done = True
+            cut.pending.clear()
+            out += [
+                UtteranceDropped(
+                    id=chunk.derive(f"cut:{cut.id}"), role=None, utterance=cut.id, from_seq=cut.dropped_from,
+                    reason=f"interrupted by {utt.id} (priority {utt.priority:g} >= {threshold:g})", **common,
+                ),
+                VisemeCut(id=chunk.derive(f"cutat:{cut.id}"), role=None, utterance=cut.id, at_ms=at, by=utt.id, **common),
+            ]
+        if stage.speaking is not None and stage.speaking.priority < threshold:
+            stage.speaking = None
+        stage.on_air = [u for u in stage.on_air if u.priority >= threshold]
+        stage.floor_end_ms = max([now, *(u.cursor_ms or now for u in stage.on_air)])
         stage.waiting.remove(utt)
         stage.waiting.appendleft(utt)
-        common: dict[str, Any] = {"run": chunk.run, "causation": chunk.id, "correlation": chunk.correlation, "t_ms": now}
-        return [
-            UtteranceDropped(
-                id=chunk.derive(f"cut:{cut.id}"), role=None, utterance=cut.id, from_seq=cut.dropped_from,
-                reason=f"interrupted by {utt.id} (priority {utt.priority:g} >= {threshold:g})", **common,
-            ),
-            VisemeCut(id=chunk.derive(f"cutat:{cut.id}"), role=None, utterance=cut.id, at_ms=now, by=utt.id, **common),
-        ]
+        return out
 
     def _dropped(self, event: UtteranceDropped, ctx: Context) -> list[Event]:
         """The rest of a reply will not come: it gives up the floor once its earlier chunks are placed."""
@@ -139,9 +160,11 @@ class LipsyncActor(Actor):
             utt.dropped_from = event.from_seq
         for key in [k for k in utt.pending if k[0] >= event.from_seq]:
             del utt.pending[key]
-        return self._advance(stage, ctx.now_ms)
+        return self._advance(stage, ctx)
 
-    def _advance(self, stage: _Stage, now_ms: int) -> list[Event]:
+    def _advance(self, stage: _Stage, ctx: Context) -> list[Event]:
+        now_ms = ctx.now_ms
+        end_ms = ctx.run.duration_ms if ctx.run is not None else 0
         out: list[Event] = []
         while True:
             speaking = stage.speaking
@@ -156,23 +179,47 @@ class LipsyncActor(Actor):
                 if ready is None:
                     return out
                 stage.waiting.remove(ready)
+                start = max(now_ms + self.lead_ms, stage.floor_end_ms)
+                if ready.deadline_ms and start > ready.deadline_ms and ready.next_key == (0, 0):
+                    out.append(self._drop(ready, ready.pending[ready.next_key], now_ms, f"could not start before its deadline: the floor "
+                                          f"was free at {start} ms, {start - ready.deadline_ms} ms late"))
+                    continue
                 stage.speaking = ready
-                ready.cursor_ms = max(now_ms + self.lead_ms, stage.floor_end_ms)
+                ready.cursor_ms = start
             utt = stage.speaking
             chunk = utt.pending.pop(utt.next_key, None)
             if chunk is None:
                 return out
+            assert utt.cursor_ms is not None
+            if end_ms and max(utt.cursor_ms, now_ms + self.lead_ms) + chunk.duration_ms > end_ms:
+                stage.speaking = None
+                out.append(self._drop(utt, chunk, now_ms, f"the show ends at {end_ms} ms", chunk.seq))
+                continue
             out.append(self._place(utt, chunk, now_ms, stage))
             utt.next_key = (chunk.seq + 1, 0) if chunk.part_last else (chunk.seq, chunk.part + 1)
             if chunk.last:
                 utt.done = True
                 stage.speaking = None
 
+    @staticmethod
+    def _drop(utt: _Utterance, chunk: AudioChunk, now_ms: int, reason: str, from_seq: int = 0) -> UtteranceDropped:
+        """Give up the rest of a reply (from sentence ``from_seq``) that cannot be spoken in time."""
+        utt.done, utt.dropped_from = True, from_seq
+        utt.pending.clear()
+        return UtteranceDropped(
+            id=chunk.derive("unspoken"), run=chunk.run, role=chunk.role, causation=chunk.id,
+            correlation=chunk.correlation, t_ms=now_ms, utterance=utt.id, reason=reason, from_seq=from_seq,
+        )
+
     def _place(self, utt: _Utterance, chunk: AudioChunk, now_ms: int, stage: _Stage) -> VisemeTrack:
         assert utt.cursor_ms is not None
         start = max(utt.cursor_ms, now_ms + self.lead_ms)
         end = start + chunk.duration_ms
         utt.cursor_ms = end
+        if utt.first_ms is None:
+            utt.first_ms = start
+            stage.on_air.append(utt)
+        utt.starts.append((start, chunk.seq))
         stage.floor_end_ms = max(stage.floor_end_ms, end)
         utt.tracks += 1
         return VisemeTrack(

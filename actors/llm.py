@@ -107,7 +107,8 @@ class LLMActor(ScheduledActor):
             )]
         persona = Persona(role.id, role.name, role.persona, role.language, role.keywords)
         prompt = Prompt(cue_id=event.id, user=event.user, text=event.text)
-        chunks = list(backend.stream(persona, prompt))[: self.settings.llm_max_sentences]
+        limit = min(self.settings.llm_max_sentences, event.max_sentences or self.settings.llm_max_sentences)
+        chunks = list(backend.stream(persona, prompt))[:limit]  # the stage's room for this reply
         pieces = [
             UtteranceChunk(
                 id=event.derive(f"chunk{i}"), t_ms=ctx.now_ms, utterance=event.id, seq=i,

@@ -56,8 +56,9 @@ class TTSActor(ScheduledActor):
         if not isinstance(event, UtteranceChunk):
             return None
         factor = self.factors.get(event.run, {}).get(event.role or "", 1.0)
+        # The deadline is for the reply's speech to start: later sentences follow the first.
         return Work(event.role or "", tokens=tokens_of(event.text), weight=event.priority * factor,
-                    deadline_ms=event.deadline_ms, batch_key=event.language)
+                    deadline_ms=event.deadline_ms if event.seq == 0 else 0, batch_key=event.language)
 
     def expired(self, event: Event, ctx: Context) -> Sequence[Event]:
         assert isinstance(event, UtteranceChunk)
@@ -92,7 +93,8 @@ class TTSActor(ScheduledActor):
                 id=event.derive(f"audio{part}"), run=event.run, role=event.role,
                 causation=event.id, correlation=event.correlation, t_ms=ctx.now_ms,
                 utterance=event.utterance, seq=event.seq, part=part, part_last=part_last,
-                last=event.last and part_last, priority=event.priority, sample_rate=speech.sample_rate, offset_ms=offset,
+                last=event.last and part_last, priority=event.priority, deadline_ms=event.deadline_ms,
+                sample_rate=speech.sample_rate, offset_ms=offset,
                 duration_ms=len(pcm) * 1000 // (2 * speech.sample_rate), text=event.text,
                 phonemes=marks, pcm=pcm,
             ))

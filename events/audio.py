@@ -44,4 +44,5 @@ class AudioChunk(Event):
     part_last: bool = True
     last: bool = False
     priority: float = 1.0   # the cue's (a cue at TROUPE_INTERRUPT_PRIORITY takes the floor)
+    deadline_ms: int = 0    # the cue's: show time by which the reply must start to be spoken; 0: none
     pcm: bytes = b""

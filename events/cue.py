@@ -19,7 +19,9 @@ class CueIssued(Event):
     danmaku: tuple[str, ...]
     routed_by: str
     priority: float = 1.0
-    deadline_ms: int = 0
+    deadline_ms: int = 0      # show time by which the reply's speech must have started
+    max_sentences: int = 0    # the longest reply the stage has room for (0: the LLM's own limit)
+    heard_ms: int = 0         # show time the director took the danmaku in (it may wait for the floor)
 
 
 @registry.register
@@ -31,3 +33,4 @@ class CueMerged(Event):
     cue: str
     user: str
     text: str
+    heard_ms: int = 0

@@ -33,3 +33,17 @@ class DanmakuRejected(Event):
     detail: str
     user: str = ""
     text: str = ""
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DanmakuSkipped(Event):
+    """A valid comment the director chose not to answer (the stage is busy, the viewer spoke
+    recently, the show is ending), with a machine reason and a human detail."""
+
+    type = "danmaku.skipped"
+    reason: str
+    detail: str
+    user: str = ""
+    text: str = ""
+    heard_ms: int = 0

@@ -23,6 +23,7 @@ class RunStarted(Event):
     # The settings the deterministic actors follow in this run (see infra.settings.RUN_SETTINGS),
     # so that every process and every re-execution decides alike.
     config: dict[str, Any] = field(default_factory=dict)
+    duration_ms: int = 0  # the show's planned length (0: open-ended): nothing is placed after it
 
 
 @registry.register

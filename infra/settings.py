@@ -34,7 +34,8 @@ class Settings:
     merge_window_ms: int = 1500
     max_danmaku_chars: int = 200
     blocklist: tuple[str, ...] = ()
-    cue_deadline_ms: int = 20000
+    cue_deadline_ms: int = 8000          # a reply's speech must start this soon after its cue
+    stage_backlog_ms: int = 4000         # speech asked for and not yet spoken stays under this
     llm_backend: str = "scripted"
     llm_max_sentences: int = 3
     tts_backend: str = "espeak"
@@ -91,6 +92,7 @@ RESOLUTIONS = ("1080p", "720p", "480p", "360p")
 # every process that handles the run and by re-execution.
 RUN_SETTINGS = (
     "merge_window_ms", "max_danmaku_chars", "blocklist", "cue_deadline_ms", "jpeg_quality", "interrupt_priority",
+    "stage_backlog_ms",
 )
 
 

@@ -123,6 +123,46 @@ def frame_lateness(engine: Engine, run: str, changes: list[dict[str, Any]], budg
     return out
 
 
+OUTCOMES = {"cue.issued": "answered", "cue.merged": "merged", "danmaku.skipped": "skipped",
+            "danmaku.rejected": "rejected"}
+
+
+def dropped_replies(engine: Engine, run: str) -> int:
+    """Replies (cues) of which something was written and not spoken: deadline, interruption, show end."""
+    query = select(events.c.body).where(events.c.run == run, events.c.type == "utterance.dropped")
+    with engine.connect() as conn:
+        return len({orjson.loads(body)["payload"]["utterance"] for (body,) in conn.execute(query)})
+
+
+def danmaku_outcomes(engine: Engine, run: str) -> dict[str, Any]:
+    """Every danmaku's one outcome: answered (its own cue), merged, skipped (with reasons), rejected;
+    ``none`` counts those without one and ``twice`` those with more than one (both should be 0)."""
+    query = select(events.c.type, events.c.id, events.c.correlation, events.c.body).where(
+        events.c.run == run, events.c.type.in_(["danmaku.received", *OUTCOMES]),
+    )
+    received: set[str] = set()
+    outcome: dict[str, list[str]] = {}
+    reasons: dict[str, int] = {}
+    with engine.connect() as conn:
+        for type_, id_, corr, body in conn.execute(query):
+            if type_ == "danmaku.received":
+                received.add(id_)
+                continue
+            outcome.setdefault(corr or id_, []).append(OUTCOMES[type_])
+            if type_ == "danmaku.skipped":
+                reason = orjson.loads(body)["payload"]["reason"]
+                reasons[reason] = reasons.get(reason, 0) + 1
+    counts = {name: 0 for name in OUTCOMES.values()}
+    for d in received:
+        for name in outcome.get(d, [])[:1]:
+            counts[name] += 1
+    return {
+        "received": len(received), **counts, "skipped_by_reason": dict(sorted(reasons.items())),
+        "none": sum(1 for d in received if d not in outcome),
+        "twice": sum(1 for d in received if len(outcome.get(d, [])) > 1),
+    }
+
+
 def summarise(engine: Engine, run: str, mp4: str | None, fps: int = 25) -> dict[str, Any]:
     """The summary object ``troupe up --json`` prints."""
     counts = event_counts(engine, run)
@@ -139,8 +179,10 @@ def summarise(engine: Engine, run: str, mp4: str | None, fps: int = 25) -> dict[
         "frames": frame_timing(engine, run),
         "resolution_changes": changes,
         "frame_lateness_ms": frame_lateness(engine, run, changes, 1000 / fps),
-        "dropped": counts.get("utterance.dropped", 0),
+        "danmaku": danmaku_outcomes(engine, run),
+        "dropped": dropped_replies(engine, run),
         "rejected": counts.get("danmaku.rejected", 0),
         "merged": counts.get("cue.merged", 0),
+        "skipped": counts.get("danmaku.skipped", 0),
         "dead_lettered": counts.get("error.dead_lettered", 0),
     }

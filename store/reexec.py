@@ -7,7 +7,9 @@ was recorded, field by field (the wall-clock ``at_ms`` and a frame's measured
 lateness are observations, not outputs).  Model outputs (LLM text, TTS audio) and
 timing (which viseme track a frame found) are inputs: they come from the store.
 
-- director: danmaku in, cues / merges / rejections out;
+- director: danmaku in, cues / merges / rejections / skips out, each danmaku at the
+  show time the director took it in (``heard_ms``: a comment may wait for the floor),
+  and its clock run up to its last recorded decision;
 - lipsync: audio chunks in, viseme tracks out;
 - render: each recorded frame is drawn again from its viseme track and its JPEG
   digest compared with the recorded one.
@@ -144,24 +146,43 @@ def _lipsync_inputs(rows: list[Row], rec: _Recording) -> list[Row]:
     return [r for *_, r in sorted(merged, key=lambda x: (x[0], x[1], x[2]))]
 
 
+def _heard_at(event: Event) -> int:
+    """When the actor took in the input that caused ``event`` (a deferred decision says so)."""
+    heard = getattr(event, "heard_ms", None)
+    return event.t_ms if heard is None else int(heard)
+
+
 def _replay_handler(
     name: str, actor: Actor, run: RunStarted, inputs: list[Row], owned: frozenset[str], rec: _Recording,
+    clocked: bool = False,
 ) -> Iterator[Divergence | int]:
-    """Feed one actor its inputs; yields divergences, and the count checked at the end."""
+    """Feed one actor its inputs (and, when ``clocked``, its clock up to its last recorded output);
+    yields divergences, and the count checked at the end."""
     produced: set[str] = set()
     now = 0
     checked = 0
-    for row in inputs:
-        mine = [r for r in rec.by_cause.get(row.event.id, []) if r.event.type in owned]
-        if mine:
-            now = min(r.event.t_ms for r in mine)
-        for out in actor.handle(row.event, Context(run, now)):
+
+    def calls() -> Iterator[tuple[Row | None, Iterable[Event]]]:
+        nonlocal now
+        for row in inputs:
+            mine = [r for r in rec.by_cause.get(row.event.id, []) if r.event.type in owned]
+            if mine:
+                now = min(_heard_at(r.event) for r in mine)
+            yield row, actor.handle(row.event, Context(run, now))
+        if clocked:
+            last = max((r.event.t_ms for r in rec.rows if r.event.type in owned), default=0)
+            yield None, actor.tick(Context(run, last))
+
+    for row, outputs in calls():
+        for out in outputs:
             produced.add(out.id)
             recorded = rec.by_id.get(out.id)
             actual = comparable(out)
             if recorded is None:
-                yield Divergence(name, row.pos, out.id, out.type, "unexpected", None, actual,
-                                 rec.chain(row.event.id))
+                cause = out.causation if row is None else row.event.id
+                cause_row = rec.by_id.get(cause or "")
+                yield Divergence(name, row.pos if row is not None else cause_row.pos if cause_row else 0,
+                                 out.id, out.type, "unexpected", None, actual, rec.chain(cause or ""))
                 continue
             expected = comparable(recorded.event, _recorded_digest(recorded))
             checked += 1
@@ -230,7 +251,8 @@ def verify(
     for name in actors:
         if name == "director":
             stream = _replay_handler(name, make(name, settings), start, _handled_in_order(rows, DanmakuReceived),
-                                     frozenset({"cue.issued", "cue.merged", "danmaku.rejected"}), rec)
+                                     frozenset({"cue.issued", "cue.merged", "danmaku.rejected", "danmaku.skipped"}),
+                                     rec, clocked=True)
         elif name == "lipsync":
             stream = _replay_handler(name, make(name, settings), start, _lipsync_inputs(rows, rec),
                                      frozenset({"viseme.track", "viseme.cut", "utterance.dropped"}), rec)

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from actors.base import Context
 from actors.director import Director
+from events.base import Event
 from events.cue import CueIssued, CueMerged
-from events.danmaku import DanmakuReceived, DanmakuRejected
+from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
 from infra.settings import load_settings
 from tests.showkit import ctx
 
@@ -31,20 +34,20 @@ def test_mention_routes_to_the_role(director: Director) -> None:
 def test_display_name_mention_and_explicit_address(director: Director) -> None:
     [cue] = director.handle(danmaku("@小鹿 你好"), ctx())
     assert cue.role == "xiaolu"
-    [cue] = director.handle(danmaku("anything", n=2, to="host"), ctx())
+    [cue] = director.handle(danmaku("anything", n=2, to="host"), ctx(20_000))
     assert (cue.role, cue.routed_by) == ("host", "addressed")
 
 
 def test_keywords_route_by_persona(director: Director) -> None:
     [cue] = director.handle(danmaku("my computer has a new gpu"), ctx())
     assert (cue.role, cue.routed_by) == ("rex", "keyword")
-    [cue] = director.handle(danmaku("推荐美食", n=2), ctx())
+    [cue] = director.handle(danmaku("推荐美食", n=2), ctx(20_000))
     assert cue.role == "xiaolu"
 
 
 def test_least_busy_spreads_unrouted_comments(director: Director) -> None:
     texts = ["what a lovely evening", "first time here", "the weather is odd today"]
-    roles = [director.handle(danmaku(t, n=i), ctx(0))[0].role for i, t in enumerate(texts)]
+    roles = [director.handle(danmaku(t, n=i), ctx(i * 20_000))[0].role for i, t in enumerate(texts)]
     assert sorted(roles) == ["host", "rex", "xiaolu"]
 
 
@@ -93,3 +96,176 @@ def test_same_input_same_output_ids(director: Director) -> None:
     a = director.handle(danmaku("@rex hi"), ctx(5))
     b = other.handle(danmaku("@rex hi"), ctx(5))
     assert a == b
+
+
+# -- the stage stays live: a waiting room with a speaking budget ---------------
+
+
+WORDS = ["apple", "violin", "harbour", "kettle", "meteor", "pigeon", "saddle", "tundra", "walnut", "yonder"]
+
+
+def _text(i: int) -> str:
+    """Distinct comments (near-identical ones merge)."""
+    return f"{WORDS[i % 10]} {WORDS[(i // 10) % 10]} {WORDS[(i * 7 + 3) % 10]} number {i}"
+
+
+def _outcomes(events: list[Event]) -> dict[str, str]:
+    """danmaku id -> its one outcome type (fails on a second outcome)."""
+    seen: dict[str, str] = {}
+    for e in events:
+        d = e.correlation
+        assert d is not None
+        assert d not in seen, f"{d} has two outcomes: {seen[d]} and {e.type}"
+        seen[d] = e.type
+    return seen
+
+
+def _run_chat(director: Director, chat: list[tuple[int, DanmakuReceived]], until_ms: int) -> list[Event]:
+    """Feed a chat (show ms, danmaku) and the director's clock, as the runtime would."""
+    out: list[Event] = []
+    run = ctx().run
+    assert run is not None
+    for at, event in chat:
+        due = director.next_tick("r1")
+        while due is not None and due < at:
+            out += director.tick(Context(run, due))
+            due = director.next_tick("r1")
+        out += director.handle(event, Context(run, at))
+    while (due := director.next_tick("r1")) is not None and due <= until_ms:
+        out += director.tick(Context(run, due))
+    return out
+
+
+def test_a_burst_is_answered_within_the_budget_and_every_comment_gets_one_outcome(director: Director) -> None:
+    chat = [(i * 50, danmaku(_text(i), user=f"u{i}", n=i)) for i in range(40)]
+    out = _run_chat(director, chat, 120_000)
+    outcomes = _outcomes(out)
+    assert set(outcomes) == {f"d{i}" for i in range(40)}
+    cues = [e for e in out if isinstance(e, CueIssued)]
+    skipped = [e for e in out if isinstance(e, DanmakuSkipped)]
+    assert cues and skipped and all(s.reason == "stale" for s in skipped)
+    for cue in cues:  # asked for within the comment class's wait, replies shortened in the crowd
+        assert cue.t_ms - cue.heard_ms <= 4500 + 1
+        assert 1 <= cue.max_sentences <= 3
+    assert cues[1].max_sentences == 1  # the room was crowded
+
+
+def test_addressed_comments_go_before_unaddressed_ones(director: Director) -> None:
+    chat = [(0, danmaku("first one in", user="a", n=0))]
+    chat += [(100 + i, danmaku(_text(i), user=f"p{i}", n=i + 1)) for i in range(5)]
+    chat += [(200, danmaku("@rex what about you", user="x", n=9))]
+    out = _run_chat(director, chat, 60_000)
+    cues = [e for e in out if isinstance(e, CueIssued)]
+    assert [c.correlation for c in cues[:2]] == ["d0", "d9"]
+    assert cues[1].routed_by == "mention"
+
+
+def test_one_viewer_cannot_fill_the_stage(director: Director) -> None:
+    chat = [(0, danmaku("hello there", user="a", n=0))]
+    chat += [(100 + i, danmaku(_text(i), user="spammer", n=i + 1)) for i in range(6)]
+    chat += [(200, danmaku("a calm question", user="b", n=9))]
+    out = _run_chat(director, chat, 60_000)
+    skipped = {e.correlation: e.reason for e in out if isinstance(e, DanmakuSkipped)}
+    assert [skipped[f"d{i}"] for i in range(1, 6)] == ["superseded"] * 5  # one waits per viewer
+    cues = [e.correlation for e in out if isinstance(e, CueIssued)]
+    assert cues[:2] == ["d0", "d9"]  # the freshest comment first; the spammer's last one after, or stale
+    assert "d6" in cues or skipped["d6"] == "stale"
+    assert set(_outcomes(out)) == {f"d{i}" for i in (0, 1, 2, 3, 4, 5, 6, 9)}
+
+
+def test_repeats_during_a_burst_join_the_waiting_comment(director: Director) -> None:
+    chat = [(0, danmaku("hello everyone", user="a", n=0))]
+    chat += [(50 + i * 20, danmaku("666666 so good!!", user=f"f{i}", n=i + 1)) for i in range(30)]
+    out = _run_chat(director, chat, 60_000)
+    cues = [e for e in out if isinstance(e, CueIssued)]
+    assert len(cues) == 2 and len(cues[1].danmaku) == 30
+    assert sum(isinstance(e, CueMerged) for e in out) == 29
+    assert len(_outcomes(out)) == 31
+
+
+def test_gifts_and_moderators_take_the_floor(director: Director) -> None:
+    chat = [(0, danmaku("tell me a long story please", user="a", n=0))]
+    chat += [(2000, danmaku("here is a rocket", user="g", n=1, kind="gift"))]
+    chat += [(2050, danmaku("please keep it friendly", user="mod", n=2, kind="moderator"))]
+    chat += [(2100, danmaku("a plain comment", user="c", n=3))]
+    out = _run_chat(director, chat, 60_000)
+    cues = {c.correlation: c for c in out if isinstance(c, CueIssued)}
+    assert cues["d1"].t_ms == 2000 and cues["d2"].t_ms == 2050  # at once, not after the queue
+    assert cues["d1"].priority >= 4.0 and cues["d2"].priority >= 4.0  # both take the floor
+    assert cues["d3"].priority < 4.0 and cues["d3"].t_ms > 2050  # a comment waits behind them
+    gifts = [(9000 + i * 100, danmaku(_text(i), user=f"g{i}", n=10 + i, kind="gift")) for i in range(3)]
+    out = _run_chat(director, gifts, 60_000)
+    assert [type(e).__name__ for e in out] == ["CueIssued", "CueMerged", "CueMerged"]  # thanked together
+
+
+def test_nothing_is_asked_for_after_the_show_ends() -> None:
+    director = Director(load_settings(environ={}))
+    run = dataclasses.replace(ctx().run, duration_ms=10_000)  # type: ignore[type-var]
+    out = list(director.handle(danmaku("hi there", n=0), Context(run, 9_000)))
+    assert isinstance(out[0], DanmakuSkipped) and out[0].reason == "show_ending"
+
+
+def test_decisions_do_not_depend_on_when_the_clock_wakes(director: Director) -> None:
+    chat = [(i * 300, danmaku(_text(i), user=f"u{i}", n=i)) for i in range(20)]
+    ticked = _run_chat(director, chat, 60_000)
+    other = Director(load_settings(environ={}, blocklist=("casino",)))
+    run = ctx().run
+    lazy: list[Event] = []  # no tick at all until the end: every decision caught up at its time
+    for at, event in chat:
+        lazy += other.handle(event, Context(run, at))
+    lazy += other.tick(Context(run, 60_000))
+    assert sorted(ticked, key=lambda e: e.id) == sorted(lazy, key=lambda e: e.id)
+
+
+# -- run boundaries and input gaps --------------------------------------------
+
+
+def test_a_danmaku_sent_after_the_run_ended_is_rejected_as_run_ended(director: Director) -> None:
+    [out] = director.handle(danmaku("@rex still there?"), Context(ctx().run, 30_000, ended=True))
+    assert isinstance(out, DanmakuRejected)
+    assert (out.reason, out.causation, out.correlation) == ("run_ended", "d1", "d1")
+    assert "ended" in out.detail
+    [out] = director.handle(danmaku("hello"), Context(None, 0, ended=True))  # an unknown run stays unknown
+    assert isinstance(out, DanmakuRejected) and out.reason == "unknown_run"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["\u200b", "\u200b\u200c\u200d", "\u2060\ufeff", "\u00ad", " \u200b \n\t", "\u3164\u115f", "\ufe0f",
+     "\u202e", "\u2028\u3000", "\U000e0041"],
+)
+def test_text_of_invisible_characters_only_is_empty(director: Director, text: str) -> None:
+    [out] = director.handle(danmaku(text), ctx())
+    assert isinstance(out, DanmakuRejected) and out.reason == "empty"
+
+
+def test_visible_text_with_invisible_characters_is_not_empty(director: Director) -> None:
+    out = director.handle(danmaku("hi\u200b there \U0001f44d\ufe0f"), ctx())
+    assert not any(isinstance(e, DanmakuRejected) for e in out)
+
+
+@pytest.mark.parametrize("user", ["al\x07ice", "bob\n", "tab\tbed", "\x1b[31mred", "c1\x85", "c1\x9b", "\u202eevil",
+                                  "iso\u2066late", "del\x7f"])
+def test_control_characters_in_the_user_name_are_a_bad_user(director: Director, user: str) -> None:
+    [out] = director.handle(danmaku("hello everyone", user=user), ctx())
+    assert isinstance(out, DanmakuRejected) and out.reason == "bad_user"
+    assert "user name" in out.detail and "U+" in out.detail
+
+
+@pytest.mark.parametrize("ch", ["\x01", "\x1f", "\x7f", "\x80", "\x9f", "\u202a", "\u202b", "\u202c", "\u2069"])
+def test_c0_c1_and_bidi_controls_in_the_text_are_rejected(director: Director, ch: str) -> None:
+    [out] = director.handle(danmaku(f"hi {ch} there"), ctx())
+    assert isinstance(out, DanmakuRejected) and out.reason == "control_characters"
+    assert f"U+{ord(ch):04X}" in out.detail
+
+
+def test_a_malformed_message_is_answered_linked_to_its_id(director: Director) -> None:
+    [out] = director.undecodable("alice-7", b'{"type": "danmaku.received", "payload": {"text": 5}}',
+                                 "payload.text: wrong type int", ctx(1200))
+    assert isinstance(out, DanmakuRejected) and out.reason == "malformed"
+    assert (out.causation, out.correlation, out.t_ms) == ("alice-7", "alice-7", 1200)
+    assert out.detail == "payload.text: wrong type int"
+    [again] = Director(load_settings(environ={})).undecodable("alice-7", b"{}", "x", ctx(1200))
+    assert again.id == out.id  # deterministic: a redelivery answers with the same id
+    [late] = director.undecodable("danmaku-42", b"\xff", "not valid JSON", Context(ctx().run, 9000, ended=True))
+    assert isinstance(late, DanmakuRejected) and late.reason == "run_ended" and late.causation == "danmaku-42"

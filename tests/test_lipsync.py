@@ -101,7 +101,7 @@ def test_an_urgent_reply_takes_the_floor_and_the_speaking_one_stops_where_it_is(
     out = lip.handle(urgent("gift"), ctx(1200))
     drops = [e for e in out if isinstance(e, UtteranceDropped)]
     cuts = [e for e in out if isinstance(e, VisemeCut)]
-    assert len(drops) == 1 and drops[0].utterance == "u1" and drops[0].from_seq == 2
+    assert len(drops) == 1 and drops[0].utterance == "u1" and drops[0].from_seq == 1  # 1 was never heard
     assert "interrupted by gift" in drops[0].reason
     assert len(cuts) == 1 and (cuts[0].utterance, cuts[0].at_ms, cuts[0].by) == ("u1", 1200, "gift")
     assert [(t.utterance, t.start_ms) for t in tracks(out)] == [("gift", 1200)]
@@ -124,3 +124,47 @@ def test_a_cut_track_keeps_what_was_spoken() -> None:
     assert cut is not None and cut.end_ms == 1150 and cut.last
     assert cut.visemes[-1].end_ms <= 1150
     assert cut_track(track, 1000) is None and cut_track(track, 5000) == track
+
+
+def test_an_urgent_reply_cuts_replies_placed_ahead_too() -> None:
+    from events.viseme import VisemeCut
+
+    lip = LipsyncActor()
+    tracks(lip.handle(chunk("u1", 0, last=True), ctx(1000)))           # 1000..1400, on air
+    ahead = tracks(lip.handle(chunk("u2", 0, last=True), ctx(1010)))   # placed 1400..1800
+    assert [t.start_ms for t in ahead] == [1400]
+    out = lip.handle(urgent("mod"), ctx(1100))
+    cuts = {c.utterance: c.at_ms for c in out if isinstance(c, VisemeCut)}
+    assert cuts == {"u1": 1100, "u2": 1400}  # u2 never begins
+    assert [(t.utterance, t.start_ms) for t in tracks(out)] == [("mod", 1100)]
+
+
+def test_a_reply_that_cannot_start_by_its_deadline_is_dropped_whole() -> None:
+    import dataclasses
+
+    from events.utterance import UtteranceDropped
+
+    lip = LipsyncActor()
+    tracks(lip.handle(chunk("u1", 0, last=True), ctx(1000)))  # the floor is taken until 1400
+    late = dataclasses.replace(chunk("u2", 0, last=True), deadline_ms=1200)
+    out = lip.handle(late, ctx(1100))
+    assert tracks(out) == []
+    [drop] = [e for e in out if isinstance(e, UtteranceDropped)]
+    assert drop.utterance == "u2" and drop.from_seq == 0 and "deadline" in drop.reason
+    on_time = dataclasses.replace(chunk("u3", 0, last=True), deadline_ms=1500)
+    assert [t.start_ms for t in tracks(lip.handle(on_time, ctx(1150)))] == [1400]
+
+
+def test_nothing_is_placed_after_the_show_ends() -> None:
+    import dataclasses
+
+    from events.utterance import UtteranceDropped
+
+    lip = LipsyncActor()
+    c = ctx(1000)
+    assert c.run is not None
+    short = dataclasses.replace(c, run=dataclasses.replace(c.run, duration_ms=1700))
+    out = [*lip.handle(chunk("u1", 0), short), *lip.handle(chunk("u1", 1), short)]  # 1 would end at 1800
+    out += lip.handle(chunk("u1", 2, last=True), short)
+    assert [t.end_ms for t in tracks(out)] == [1400]
+    assert [e.from_seq for e in out if isinstance(e, UtteranceDropped)] == [1]

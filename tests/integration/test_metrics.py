@@ -30,17 +30,20 @@ async def test_metrics_endpoint_counts_handled_inputs(settings: Settings) -> Non
             await stage.js.publish(f"troupe.{run}.danmaku.received", codec.encode(event))
         await stage.js.publish(f"troupe.{run}.danmaku.received", b"not json")
 
-        # The stream may hold other tests' danmaku too: wait for this run's to be handled.
-        def handled() -> bool:
-            return stage.runtimes[0].metrics.registry.get_sample_value(
-                "troupe_published_total", {"actor": "director", "type": "cue.issued"}
-            ) == 3.0 and bool(stage.metrics.registry.get_sample_value("troupe_dead_lettered_total", {"actor": "director"}))
+        def published(type_: str) -> float:
+            value = stage.metrics.registry.get_sample_value("troupe_published_total", {"actor": "director", "type": type_})
+            return value or 0.0
 
-        await wait_for(handled, what="three cues and one dead letter")
+        # One is answered at once, the others wait for the floor (answered or let go within seconds).
+        def handled() -> bool:
+            return published("cue.issued") + published("danmaku.skipped") == 3.0 and bool(
+                stage.metrics.registry.get_sample_value("troupe_dead_lettered_total", {"actor": "director"}))
+
+        await wait_for(handled, timeout_s=30, what="three outcomes and one dead letter")
         text = await asyncio.to_thread(scrape, stage.metrics.port)
     values = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
     assert float(values['troupe_processed_total{actor="director"}']) >= 3
     assert float(values['troupe_dead_lettered_total{actor="director"}']) >= 1
-    assert float(values['troupe_published_total{actor="director",type="cue.issued"}']) == 3
+    assert float(values['troupe_published_total{actor="director",type="cue.issued"}']) >= 1
     assert float(values['troupe_handler_seconds_count{actor="director"}']) >= 3
     assert float(values['troupe_hop_latency_seconds_count{hop="danmaku.received>director"}']) >= 3

@@ -1,4 +1,9 @@
-"""Eight roles flood the stage with cues: the heaviest role speaks first, and nobody starves."""
+"""Eight roles flood the workers with cues: the heaviest role speaks first, and nobody starves.
+
+The cues are published as the director issues them when several wait at once (the
+director's own stage budget is tested in test_live_stage and tests/test_director.py):
+this is the llm and tts schedulers' test.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from collections import defaultdict
 import pytest
 
 from actors.show import load_show, show_from_dict
-from events.danmaku import DanmakuReceived
+from events.cue import CueIssued
 from events.role import RoleDeclared
 from events.run import RunStarted
 from infra.settings import load_settings, run_config
@@ -45,7 +50,7 @@ async def test_the_heaviest_role_answers_within_its_budget_and_every_role_is_ans
     show = eight_roles()
     run = f"prio{int(time.time())}"
     async with Stage(settings) as stage:
-        await stage.start_actors(["director", "llm", "tts", "lipsync", "qos", "recorder"])
+        await stage.start_actors(["llm", "tts", "lipsync", "qos", "recorder"])
         start = RunStarted(id=f"{run}-start", run=run, show=show.to_dict(), seed=3, started_at_ms=int(time.time() * 1000),
                            config=run_config(settings))
         await stage.publish([start])
@@ -53,8 +58,10 @@ async def test_the_heaviest_role_answers_within_its_budget_and_every_role_is_ans
                                           language=r.language, weight=r.weight) for r in show.roles])
         # The flood: the lightest roles' comments first, all at once.
         flood = [
-            DanmakuReceived(id=f"{run}-d{k}-{i}", run=run, user=f"v{k}", to=f"r{i}",
-                            text=f"{TOPICS[(k + i) % len(TOPICS)]} question {k * 8 + i}: what do you think?")
+            CueIssued(id=f"{run}-c{k}-{i}", run=run, role=f"r{i}", correlation=f"{run}-c{k}-{i}", user=f"v{k}",
+                      text=f"{TOPICS[(k + i) % len(TOPICS)]} question {k * 8 + i}: what do you think?",
+                      seq=k * 8 + i, danmaku=(f"{run}-d{k}-{i}",), routed_by="addressed", priority=WEIGHTS[i],
+                      max_sentences=2)
             for k in range(PER_ROLE) for i in reversed(range(len(WEIGHTS)))
         ]
         await stage.publish(flood)

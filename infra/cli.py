@@ -7,22 +7,26 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import shlex
 import signal
 import sys
 import time
+import typing
 from collections.abc import Sequence
 from pathlib import Path
 
+import nats.errors
 import orjson
 from sqlalchemy import Engine
 
-from actors.show import ShowError, load_show
-from events import codec
-from events.base import DecodeError
+from actors.show import Show, ShowError, load_show
+from events.base import registry
 from events.danmaku import DanmakuReceived
-from events.subjects import is_token, subject_for
+from events.run import RunStarted
+from events.subjects import FAMILIES, is_token
 from infra.bus import BusError, connect
-from infra.natsserver import NatsServerError
+from infra.natsserver import NatsServerError, announcement_path, running_server
+from infra.publish import DanmakuFileError, RunError, Sent, read_danmaku_file, send
 from infra.settings import Settings, SettingsError, load_settings
 from infra.summary import summarise
 from infra.supervisor import ACTOR_NAMES, Stage, SupervisorError, run_show
@@ -30,20 +34,44 @@ from store import export, inspect, playback, reexec
 from store.database import StoreError, default_url, open_engine
 from store.queries import list_runs
 
+log = logging.getLogger(__name__)
+DANMAKU_KINDS = ("comment", "gift", "moderator")
+
 
 class UsageError(Exception):
     """A user mistake: printed as one line, exit status 2."""
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the one-line error of every other user mistake."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"troupe: error: {message}\n")
+
+
+def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
+    """The options every command takes, before or after its name.
+
+    On the subcommands they default to SUPPRESS, so the value given anywhere wins.
+    """
+    unset: object = argparse.SUPPRESS if suppress else None
+    parser.add_argument("--nats", default=unset, help="NATS URL (default: TROUPE_NATS_URL, else an embedded server)")
+    parser.add_argument("--store", default=unset,
+                        help="store URL (default: TROUPE_STORE_URL, else SQLite in the state dir)")
+    parser.add_argument("--state-dir", type=Path, default=unset,
+                        help="state directory (default: TROUPE_STATE_DIR or .troupe)")
+    parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS if suppress else False,
+                        help="log what Troupe does (INFO)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="troupe", description="Multi-role AI live streams on NATS JetStream")
-    p.add_argument("--nats", help="NATS URL (default: TROUPE_NATS_URL, else an embedded server)")
-    p.add_argument("--store", help="store URL (default: TROUPE_STORE_URL, else SQLite in the state dir)")
-    p.add_argument("--state-dir", type=Path, help="state directory (default: TROUPE_STATE_DIR or .troupe)")
-    p.add_argument("-v", "--verbose", action="store_true")
+    p = _Parser(prog="troupe", description="Multi-role AI live streams on NATS JetStream")
+    _global_options(p, suppress=False)
+    common = _Parser(add_help=False)
+    _global_options(common, suppress=True)
     sub = p.add_subparsers(dest="command", required=True)
 
-    up = sub.add_parser("up", help="run the whole show in this process and write the video")
+    up = sub.add_parser("up", parents=[common], help="run the whole show in this process and write the video")
     up.add_argument("--duration", type=float, default=20.0, help="show length in seconds")
     up.add_argument("--out", type=Path, help="output directory for <run>.mp4 (default: out)")
     up.add_argument("--show", type=Path, help="show file (TOML); default: the built-in demo")
@@ -53,27 +81,33 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--run", help="run id (default: a new one)")
     up.add_argument("--slow-render-ms", type=float, help="fault injection: each frame costs this many ms more")
 
-    actor = sub.add_parser("actor", help="run one actor until interrupted")
+    actor = sub.add_parser("actor", parents=[common], help="run one actor until interrupted")
     actor.add_argument("name", choices=ACTOR_NAMES)
     actor.add_argument("--out", type=Path)
 
-    pub = sub.add_parser("publish", help="publish danmaku to a run")
+    pub = sub.add_parser("publish", parents=[common], help="publish danmaku to a run and show what became of them")
     pub.add_argument("text", nargs="?", help="the comment")
-    pub.add_argument("--run", required=True)
-    pub.add_argument("--user", default="")
+    pub.add_argument("--run", required=True, help="the run id (printed by troupe up)")
+    pub.add_argument("--user", help="viewer name")
     pub.add_argument("--role", help="address one role")
-    pub.add_argument("--file", type=Path, help="JSON lines: {\"user\": ..., \"text\": ..., \"to\": ...}")
+    pub.add_argument("--kind", choices=DANMAKU_KINDS, help="comment (default), gift or moderator")
+    pub.add_argument("--id", dest="danmaku_id", metavar="ID", help="the danmaku's id (default: a new one); resending it is a no-op")
+    pub.add_argument("--file", type=Path,
+                     help='JSON lines: {"user": ..., "text": ..., "to": ..., "kind": ..., "id": ...}')
+    pub.add_argument("--wait", type=float, default=5.0,
+                     help="seconds to wait for the director's answers, all together (0: do not wait)")
+    pub.add_argument("--json", action="store_true", help="one JSON object per danmaku")
 
-    runs = sub.add_parser("runs", help="list the recorded runs")
+    runs = sub.add_parser("runs", parents=[common], help="list the recorded runs")
     runs.add_argument("--json", action="store_true")
     runs.add_argument("--limit", type=int, default=50)
 
-    ins = sub.add_parser("inspect", help="what happened in a run: cues, replies, latencies, QoS, rejections, errors")
+    ins = sub.add_parser("inspect", parents=[common], help="what happened in a run: cues, replies, latencies, QoS, rejections, errors")
     ins.add_argument("run")
     ins.add_argument("--correlation", help="one danmaku's causal chain (its id) with the time at each hop")
     ins.add_argument("--json", action="store_true")
 
-    rep = sub.add_parser("replay", help="re-publish a recorded run on NATS, or --verify it by re-execution")
+    rep = sub.add_parser("replay", parents=[common], help="re-publish a recorded run on NATS, or --verify it by re-execution")
     rep.add_argument("run")
     rep.add_argument("--into", help="run id of the playback (default: RUN-replay-XXXX)")
     pace = rep.add_mutually_exclusive_group()
@@ -87,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="re-execute the deterministic actors from the store and report the first divergence")
     rep.add_argument("--json", action="store_true")
 
-    exp = sub.add_parser("export", help="re-render a recorded run to a video file (no LLM, no TTS)")
+    exp = sub.add_parser("export", parents=[common], help="re-render a recorded run to a video file (no LLM, no TTS)")
     exp.add_argument("run")
     exp.add_argument("output", type=Path)
     return p
@@ -112,22 +146,27 @@ async def _up(args: argparse.Namespace, settings: Settings) -> int:
     if args.run is not None and not is_token(args.run):
         raise UsageError("--run must be letters, digits, _ or -")
     async with Stage(settings) as stage:
-        print(f"troupe: show {show.title!r}, {len(show.roles)} roles, {args.duration:g} s", file=sys.stderr)
-        result = await run_show(stage, show, args.duration, names, run_id=args.run)
+        roles = f"{len(show.roles)} role{'' if len(show.roles) == 1 else 's'}"
+        print(f"troupe: show {show.title!r}, {roles}, {args.duration:g} s", file=sys.stderr, flush=True)
+        result = await run_show(stage, show, args.duration, names, run_id=args.run,
+                                on_started=lambda started: _announce(stage, show, started))
+    log.info("run %s ended after %g s, %s", result.run, args.duration,
+             f"drained: video {result.mp4}" if result.mp4 else "not drained (no video)")
     summary = summarise(Stage(settings).engine, result.run, str(result.mp4) if result.mp4 else None, settings.fps)
     lat = summary["latency_ms"]
     print(f"run {result.run}: video {summary['mp4']}")
     print(f"events: {sum(summary['events'].values())} ({', '.join(f'{k} {v}' for k, v in summary['events'].items())})")
     print(
-        f"latency danmaku->first audio p50 {lat['danmaku_to_first_audio']['p50']} ms, "
-        f"->first viseme frame p50 {lat['danmaku_to_first_viseme_frame']['p50']} ms "
-        f"p99 {lat['danmaku_to_first_viseme_frame']['p99']} ms"
+        f"latency danmaku->first audio p50 {_ms(lat['danmaku_to_first_audio']['p50'])}, "
+        f"->first viseme frame p50 {_ms(lat['danmaku_to_first_viseme_frame']['p50'])} "
+        f"p99 {_ms(lat['danmaku_to_first_viseme_frame']['p99'])}"
     )
     frames = summary["frames"]
     if frames:
         print(
             f"frames: {frames['rendered']} of {frames['expected']} drawn, published "
-            f"p50 {frames['publish_lag_ms']['p50']} ms / p99 {frames['publish_lag_ms']['p99']} ms after their show time"
+            f"p50 {_ms(frames['publish_lag_ms']['p50'])} / p99 {_ms(frames['publish_lag_ms']['p99'])} "
+            "after their show time"
         )
     late = summary["frame_lateness_ms"]
     for change in summary["resolution_changes"]:
@@ -135,10 +174,38 @@ async def _up(args: argparse.Namespace, settings: Settings) -> int:
     if "p99_after" in late:
         print(f"frame lateness p99 {late['p99_before']} ms before the first downgrade, {late['p99_after']} ms after "
               f"(budget {late['budget']:.0f} ms)")
-    print(f"rejected {summary['rejected']}, merged {summary['merged']}, dropped {summary['dropped']}")
+    d = summary["danmaku"]
+    reasons = ", ".join(f"{k} {v}" for k, v in d["skipped_by_reason"].items())
+    print(f"danmaku: {d['received']} received, {d['answered']} answered, {d['merged']} merged, "
+          f"{d['skipped']} skipped{f' ({reasons})' if reasons else ''}, {d['rejected']} rejected"
+          + (f"; {d['none']} without an outcome, {d['twice']} with two" if d["none"] or d["twice"] else ""))
+    print(f"replies dropped: {summary['dropped']} (deadline, interruption or the show's end)")
     if args.json:
         print(orjson.dumps(summary).decode())
     return 0 if result.mp4 else 1
+
+
+def _ms(value: float | None) -> str:
+    """A latency for a summary line; n/a when there were no samples."""
+    return "n/a" if value is None else f"{value:g} ms"
+
+
+def _announce(stage: Stage, show: Show, started: RunStarted) -> None:
+    """Tell the user, as the run starts, where it runs and how to talk to it from another terminal."""
+    settings = stage.settings
+    url = stage.embedded.url if stage.embedded is not None else settings.nats_url
+    where = "embedded" if stage.embedded is not None else "given"
+    metrics = "off" if stage.metrics.port is None else f"http://127.0.0.1:{stage.metrics.port}/metrics"
+    mention = f" @{show.roles[0].id}" if show.roles else ""
+    command = ["troupe", "publish", "--run", started.run, f"hello{mention}"]
+    if stage.embedded is None:
+        command += ["--nats", str(url)]
+    elif settings.state_dir != Settings().state_dir:  # publish finds the embedded server in the state dir
+        command += ["--state-dir", str(settings.state_dir)]
+    print(f"troupe: run {started.run}\n"
+          f"troupe: NATS {url} ({where})\n"
+          f"troupe: metrics {metrics}\n"
+          f"troupe: talk to it from another terminal: {shlex.join(command)}", file=sys.stderr, flush=True)
 
 
 async def _actor(args: argparse.Namespace, settings: Settings) -> int:
@@ -153,46 +220,53 @@ async def _actor(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _danmaku_lines(args: argparse.Namespace) -> list[DanmakuReceived]:
+def _danmaku_batch(args: argparse.Namespace) -> list[DanmakuReceived]:
+    """The danmaku to send, all validated before anything is sent."""
     now = int(time.time() * 1000)
     if args.file is None:
         if args.text is None:
             raise UsageError("give the comment text or --file")
-        return [DanmakuReceived(id=f"cli-{now}-0", run=args.run, user=args.user, text=args.text, to=args.role, at_ms=now)]
+        ident = args.danmaku_id or f"cli-{now}-{secrets.token_hex(3)}"
+        return [DanmakuReceived(id=ident, run=args.run, user=args.user or "", text=args.text, to=args.role,
+                                kind=args.kind or "comment", at_ms=now)]
+    if args.text is not None:
+        raise UsageError("give the comment text or --file, not both")
+    if any(v is not None for v in (args.user, args.role, args.kind, args.danmaku_id)):
+        raise UsageError("--user, --role, --kind and --id are for one comment; in a --file each line has its own")
     try:
-        lines = args.file.read_text("utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"cannot read {args.file}: {exc}") from None
-    out = []
-    for no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            doc = orjson.loads(line)
-            if not isinstance(doc, dict):
-                raise DecodeError("expected a JSON object")
-            wrapped = {"type": "danmaku.received", "payload": doc}
-            event = codec.decode(orjson.dumps(wrapped), {"id": f"cli-{now}-{no}", "run": args.run, "at_ms": now})
-        except (orjson.JSONDecodeError, DecodeError) as exc:
-            raise UsageError(f"{args.file}:{no}: {exc}") from None
-        out.append(event)  # type: ignore[arg-type]
-    return out  # type: ignore[return-value]
+        return read_danmaku_file(args.file, args.run, now)
+    except DanmakuFileError as exc:
+        raise UsageError(str(exc)) from None
 
 
 async def _publish(args: argparse.Namespace, settings: Settings) -> int:
     if not is_token(args.run):
         raise UsageError("--run must be letters, digits, _ or -")
-    batch = _danmaku_lines(args)  # validate everything before sending anything
-    if settings.nats_url is None:
-        raise UsageError("publish needs a NATS URL: --nats or TROUPE_NATS_URL")
-    nc = await connect(settings.nats_url, "troupe-publish")
+    if not 0 <= args.wait < 3600:  # also refuses nan
+        raise UsageError("--wait must be 0 or more seconds (under an hour)")
+    batch = _danmaku_batch(args)  # validate everything before sending anything
+    url = settings.nats_url or running_server(announcement_path(settings.state_dir))
+    if url is None:
+        raise RunError(f"no running show found in {settings.state_dir} "
+                       "(start one with troupe up, or give --nats URL)")
+    log.info("publishing %d danmaku to run %s on %s", len(batch), args.run, url)
+
+    def sent_line(s: Sent) -> None:
+        if not args.json:
+            print(f"sent {s.id}" + (" (a duplicate)" if s.duplicate else ""), flush=True)
+
+    nc = await connect(url, "troupe-publish")
     try:
-        js = nc.jetstream()
-        for event in batch:
-            await js.publish(subject_for(event), codec.encode(event), headers={"Nats-Msg-Id": event.id})
+        sent = await send(nc, args.run, batch, args.wait, sent_line)
+    except (nats.errors.Error, TimeoutError) as exc:
+        raise BusError(f"NATS at {url} failed: {exc or type(exc).__name__}") from None
     finally:
         await nc.close()
-    print(f"published {len(batch)} danmaku to run {args.run}")
+    for s in sent:
+        if args.json:
+            print(orjson.dumps({**s.to_dict(), "run": args.run}).decode())
+        elif args.wait > 0 or s.duplicate:
+            print(s.describe(args.wait))
     return 0
 
 
@@ -257,14 +331,29 @@ class _ProgressBar:
             print(file=sys.stderr)
 
 
+def _check_replay_args(args: argparse.Namespace) -> None:
+    """Usage errors of a playback, found before the store is opened."""
+    if args.speed <= 0:
+        raise UsageError("--speed must be positive")
+    for name, value in (("--from", args.from_s), ("--to", args.to_s)):
+        if value is not None and value < 0:
+            raise UsageError(f"{name} must be 0 or more seconds")
+    if args.from_s is not None and args.to_s is not None and args.to_s <= args.from_s:
+        raise UsageError(f"--to ({args.to_s:g} s) must be after --from ({args.from_s:g} s)")
+    known = set(registry.types()) | set(FAMILIES)
+    unknown = [t for t in args.types or () if t not in known]
+    if unknown:
+        raise UsageError(f"unknown event type or family: {', '.join(unknown)} (families: {', '.join(FAMILIES)})")
+
+
 async def _replay(args: argparse.Namespace, settings: Settings) -> int:
+    if not args.verify:
+        _check_replay_args(args)
     engine = _store(settings)
     if args.verify:
         result = reexec.verify(engine, args.run, settings=settings)
         print(orjson.dumps(result.to_dict()).decode() if args.json else reexec.format_verification(result))
         return 0 if result.divergence is None else 1
-    if args.speed <= 0:
-        raise UsageError("--speed must be positive")
     into = args.into or f"{args.run}-replay-{secrets.token_hex(2)}"
     messages = playback.prepare(
         engine, args.run, into, args.types,
@@ -297,6 +386,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``troupe`` command."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # a line per plug-in: noise
     try:
         settings = _settings(args)
         command = {
@@ -307,7 +397,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UsageError, SettingsError, ShowError) as exc:
         print(f"troupe: error: {exc}", file=sys.stderr)
         return 2
-    except (BusError, NatsServerError, StoreError, SupervisorError) as exc:
+    except (BusError, NatsServerError, StoreError, SupervisorError, RunError) as exc:
         print(f"troupe: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -8,7 +8,7 @@ import gc
 import logging
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -29,7 +29,7 @@ from events.run import RunEnded, RunStarted
 from events.subjects import stream_name, subject_for
 from infra.bus import connect, provision_streams
 from infra.metrics import Metrics
-from infra.natsserver import EmbeddedNats
+from infra.natsserver import EmbeddedNats, announcement_path
 from infra.settings import Settings, run_config
 from store.database import default_url, open_engine
 from store.recorder import EventWriter
@@ -95,16 +95,29 @@ class Stage:
         return self._engine
 
     async def __aenter__(self) -> Stage:
+        try:
+            await self._open()
+        except BaseException:
+            # __aexit__ is not called when __aenter__ fails: stop what did start (the server, its announcement).
+            await self.__aexit__(None, None, None)
+            raise
+        return self
+
+    async def _open(self) -> None:
         url = self.settings.nats_url
         if url is None:
-            self.embedded = await EmbeddedNats(self.settings.state_dir / "nats").start()
+            state_dir = self.settings.state_dir
+            self.embedded = EmbeddedNats(state_dir / "nats", announce=announcement_path(state_dir))
+            await self.embedded.start()
             url = self.embedded.url
+        else:
+            log.info("NATS at %s", url)
         self.nc = await connect(url, "troupe")
         await provision_streams(self.js, self.settings.frame_max_age_s)
         self.runs = RunDirectory(self.js)
         if self.settings.metrics_port >= 0:
-            self.metrics.serve(self.settings.metrics_port)
-        return self
+            port = self.metrics.serve(self.settings.metrics_port)
+            log.info("metrics on http://127.0.0.1:%d/metrics", port)
 
     async def __aexit__(
         self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -117,6 +130,7 @@ class Stage:
                 await self.nc.drain()
         if self.embedded is not None:
             await self.embedded.stop()
+            log.info("embedded nats-server stopped")
         self.metrics.close()
         if self._engine is not None:
             self._engine.dispose()
@@ -190,6 +204,7 @@ class ShowResult:
 async def run_show(
     stage: Stage, show: Show, duration_s: float, names: Sequence[str] = ACTOR_NAMES,
     run_id: str | None = None, drain_timeout_s: float = 60.0,
+    on_started: Callable[[RunStarted], None] | None = None,
 ) -> ShowResult:
     """Run one show for ``duration_s`` seconds of show time and wait until it is fully handled."""
     settings = stage.settings
@@ -202,9 +217,12 @@ async def run_show(
     started = RunStarted(
         id=f"{run_id}-start", run=run_id, show=show.to_dict(), seed=settings.seed, fps=settings.fps,
         resolution=settings.resolution, started_at_ms=int(time.time() * 1000) + 200,
-        config=run_config(settings),
+        config=run_config(settings), duration_ms=int(duration_s * 1000),
     )
     await stage.publish([started])
+    log.info("run %s started: %d roles, actors %s", run_id, len(show.roles), ", ".join(names))
+    if on_started is not None:
+        on_started(started)
     await stage.publish([
         RoleDeclared(
             id=f"{run_id}-role-{r.id}", run=run_id, role=r.id, name=r.name, persona=r.persona,
@@ -220,7 +238,7 @@ async def run_show(
         await _sleep_until(start_s + line.at_s)
         await stage.publish([DanmakuReceived(
             id=f"{run_id}-script-{i}", run=run_id, user=line.user, text=line.text, to=line.to,
-            kind=line.kind, at_ms=int(time.time() * 1000),
+            kind=line.kind, t_ms=int(line.at_s * 1000), at_ms=int(time.time() * 1000),
         )])
     await _sleep_until(start_s + duration_s)
     duration_ms = int(duration_s * 1000)

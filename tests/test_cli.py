@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from nats.js import JetStreamContext
 
+from events import codec
 from infra.natsserver import EmbeddedNats
+from tests.showkit import demo_run
 
 
 def troupe(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -38,8 +40,17 @@ def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
         (["up", "--actors", "director,juggler"], {}, "unknown actor"),
         (["up"], {"TROUPE_RESOLUTION": "999p"}, "TROUPE_RESOLUTION"),
         (["up"], {"TROUPE_FPS": "fast"}, "TROUPE_FPS"),
-        (["publish", "--run", "r1", "hi"], {}, "needs a NATS URL"),
         (["publish", "--run", "bad run", "hi"], {}, "--run must be"),
+        (["publish", "--run", "r1"], {}, "give the comment text or --file"),
+        (["publish", "--run", "r1", "hi", "--file", "x.jsonl"], {}, "not both"),
+        (["publish", "--run", "r1", "--file", "x.jsonl", "--user", "u"], {}, "in a --file each line has its own"),
+        (["publish", "--run", "r1", "hi", "--kind", "shout"], {}, "argument --kind: invalid choice"),
+        (["publish", "--run", "r1", "hi", "--wait", "-1"], {}, "--wait must be"),
+        (["replay", "r1", "--from", "10", "--to", "5"], {}, "--to (5 s) must be after --from (10 s)"),
+        (["replay", "r1", "--from", "-1"], {}, "--from must be 0 or more"),
+        (["replay", "r1", "--to", "-2"], {}, "--to must be 0 or more"),
+        (["replay", "r1", "--types", "cue", "foo"], {}, "unknown event type or family: foo"),
+        (["replay", "r1", "--speed", "0"], {}, "--speed must be positive"),
     ],
 )
 def test_user_mistakes_get_one_line_and_exit_2(args: list[str], env: dict[str, str], needle: str, tmp_path: Path) -> None:
@@ -62,6 +73,23 @@ def test_unreachable_nats_exits_1(tmp_path: Path) -> None:
     assert "cannot connect to NATS" in one_line_error(result)
 
 
+def test_publish_without_a_running_show_says_how_to_start_one(tmp_path: Path) -> None:
+    # A global option after the command, and the value given after it wins.
+    result = troupe("--state-dir", "elsewhere", "publish", "--run", "r1", "hi", "--state-dir", str(tmp_path))
+    assert result.returncode == 1
+    assert one_line_error(result) == (
+        f"troupe: error: no running show found in {tmp_path} (start one with troupe up, or give --nats URL)"
+    )
+
+
+def test_global_options_are_taken_after_the_command_and_verbose_logs(tmp_path: Path) -> None:
+    result = troupe("publish", "--run", "r1", "hi", "--state-dir", str(tmp_path), "--nats", "nats://127.0.0.1:1", "-v")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith("INFO ") and lines[0].endswith("publishing 1 danmaku to run r1 on nats://127.0.0.1:1")
+    assert lines[-1].startswith("troupe: error: cannot connect to NATS at nats://127.0.0.1:1")
+
+
 async def _count(js: JetStreamContext, run: str) -> int:
     info = await js.stream_info("TROUPE_DANMAKU", subjects_filter=f"troupe.{run}.>")
     return sum((info.state.subjects or {}).values()) if info.state.subjects else 0
@@ -72,14 +100,26 @@ async def test_publish_from_a_file_is_all_or_nothing(nats_server: EmbeddedNats, 
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"user": "a", "text": "fine"}\n{"user": "b", "text": 42}\n')
+    await js.publish("troupe.clifile.run.started", codec.encode(demo_run("clifile")))
     result = await asyncio.to_thread(troupe, "--nats", nats_server.url, "publish", "--run", "clifile", "--file", str(bad))
     assert result.returncode == 2
     assert "bad.jsonl:2: payload.text" in one_line_error(result)
     assert await _count(js, "clifile") == 0
+    for line, field in (('{"text": "x", "id": 7}', "id"), ('{"text": "x", "kind": 1}', "payload.kind"),
+                        ('{"text": "x", "id": "a"}\n{"text": "y", "id": "a"}', "id"), ('["x"]', "JSON object")):
+        bad.write_text(line + "\n")
+        result = await asyncio.to_thread(troupe, "--nats", nats_server.url, "publish", "--run", "clifile",
+                                         "--file", str(bad))
+        assert result.returncode == 2 and field in one_line_error(result), result.stderr
+    assert await _count(js, "clifile") == 0
     good = tmp_path / "good.jsonl"
-    good.write_text('{"user": "a", "text": "one"}\n\n{"user": "b", "text": "two", "to": "host"}\n')
-    result = await asyncio.to_thread(troupe, "--nats", nats_server.url, "publish", "--run", "clifile", "--file", str(good))
+    good.write_text('{"user": "a", "text": "one"}\n\n{"user": "b", "text": "two", "to": "host", "id": "b-2"}\n')
+    result = await asyncio.to_thread(troupe, "--nats", nats_server.url, "publish", "--run", "clifile",
+                                     "--file", str(good), "--wait", "0")
     assert result.returncode == 0, result.stderr
+    ids = [line.removeprefix("sent ") for line in result.stdout.splitlines()]
+    assert len(ids) == 2 and ids[0].startswith("f") and ids[0].endswith("-1") and ids[1] == "b-2"
     assert await _count(js, "clifile") == 2
-    result = await asyncio.to_thread(troupe, "--nats", nats_server.url, "publish", "--run", "clifile", "hello", "--user", "z", "--role", "rex")
+    result = await asyncio.to_thread(troupe, "--nats", nats_server.url, "publish", "--run", "clifile", "hello",
+                                     "--user", "z", "--role", "rex", "--kind", "gift", "--wait", "0")
     assert result.returncode == 0 and await _count(js, "clifile") == 3

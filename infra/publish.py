@@ -1,0 +1,188 @@
+"""Talking to a running show: send danmaku to a run and collect the director's answer to each."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from events import codec
+from events.base import DecodeError, Event
+from events.cue import CueIssued, CueMerged
+from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
+from events.subjects import family_filter, stream_name, subject_for
+
+_ANSWERS = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped)
+
+
+class DanmakuFileError(ValueError):
+    """A danmaku file cannot be read or has a bad line (``file:line: field: reason``)."""
+
+
+class RunError(Exception):
+    """The run to talk to is not there: unknown on this server, or ended."""
+
+
+def read_danmaku_file(path: Path, run: str, now_ms: int) -> list[DanmakuReceived]:
+    """Every danmaku of a JSON-lines file, all validated before any is sent.
+
+    A line without its own ``id`` gets one derived from the file's content and the line
+    number, so that sending the same file again sends the same ids, which JetStream drops
+    as duplicates: nothing is answered twice.
+    """
+    try:
+        content = path.read_bytes()
+        lines = content.decode("utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DanmakuFileError(f"cannot read {path}: {exc}") from None
+    digest = hashlib.sha256(content).hexdigest()[:12]
+    out: list[DanmakuReceived] = []
+    first_line: dict[str, int] = {}
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            event = _file_line(line, f"f{digest}-{no}", run, now_ms)
+            if event.id in first_line:
+                raise DecodeError(f"{event.id!r} is already used on line {first_line[event.id]}", "id")
+        except (orjson.JSONDecodeError, DecodeError) as exc:
+            raise DanmakuFileError(f"{path}:{no}: {exc}") from None
+        first_line[event.id] = no
+        out.append(event)
+    if not out:
+        raise DanmakuFileError(f"{path}: no danmaku in the file")
+    return out
+
+
+def _file_line(line: str, default_id: str, run: str, now_ms: int) -> DanmakuReceived:
+    """One line, checked by the codec exactly as the director will decode it."""
+    doc = orjson.loads(line)
+    if not isinstance(doc, dict):
+        raise DecodeError(f"expected a JSON object, got {type(doc).__name__}")
+    own_id = doc.pop("id", None)
+    if own_id == "":
+        raise DecodeError("must not be empty", "id")
+    wrapped = {"type": "danmaku.received", "payload": doc, **({"id": own_id} if own_id is not None else {})}
+    event = codec.decode(orjson.dumps(wrapped), {"id": default_id, "run": run, "at_ms": now_ms})
+    assert isinstance(event, DanmakuReceived)  # the type was set just above
+    return event
+
+
+async def check_run(js: JetStreamContext, run: str) -> None:
+    """Raise RunError unless the run has started and not ended."""
+    stream = stream_name("run")
+    try:
+        await js.get_last_msg(stream, f"troupe.{run}.run.started")
+    except NotFoundError:
+        raise RunError(f"no run {run} on this NATS server") from None
+    try:
+        await js.get_last_msg(stream, f"troupe.{run}.run.ended")
+    except NotFoundError:
+        return
+    raise RunError(f"run {run} has ended")
+
+
+@dataclass(slots=True)
+class Sent:
+    """One danmaku sent, and what became of it."""
+
+    id: str
+    duplicate: bool = False  # JetStream already had this id: dropped, not answered again
+    answer: Event | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        """The outcome as one JSON object (``outcome`` null: no answer within the wait)."""
+        a = self.answer
+        if self.duplicate:
+            return {"id": self.id, "outcome": "duplicate"}
+        if isinstance(a, CueIssued):
+            return {"id": self.id, "outcome": "cue", "cue": a.id, "role": a.role, "routed_by": a.routed_by}
+        if isinstance(a, CueMerged):
+            return {"id": self.id, "outcome": "merged", "cue": a.cue}
+        if isinstance(a, DanmakuRejected | DanmakuSkipped):
+            return {"id": self.id, "outcome": a.type.split(".")[1], "reason": a.reason, "detail": a.detail}
+        return {"id": self.id, "outcome": None}
+
+    def describe(self, wait_s: float) -> str:
+        """One line: the id and its outcome."""
+        doc = self.to_dict()
+        kind = doc["outcome"]
+        if kind == "cue":
+            what = f"cue {doc['cue']} -> {doc['role']} ({doc['routed_by']})"
+        elif kind == "merged":
+            what = f"merged into cue {doc['cue']}"
+        elif kind in ("rejected", "skipped"):
+            what = f"{kind} ({doc['reason']}): {doc['detail']}"
+        elif kind == "duplicate":
+            what = "duplicate: this id was sent before (JetStream dropped this copy), not answered again"
+        else:
+            what = f"no outcome within {wait_s:g} s"
+        return f"{self.id}: {what}"
+
+
+@dataclass(slots=True)
+class _Answers:
+    """The director's answers to the danmaku sent, by correlation (the danmaku's id)."""
+
+    ids: set[str]
+    found: dict[str, Event] = field(default_factory=dict)
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def on_message(self, msg: Msg) -> None:
+        try:
+            event = codec.decode(msg.data)
+        except DecodeError:
+            return  # not an answer (the director dead-letters what it cannot read)
+        corr = event.correlation
+        if isinstance(event, _ANSWERS) and corr in self.ids and corr not in self.found:
+            self.found[corr] = event
+            self.arrived.set()
+
+    async def wait(self, ids: Sequence[str], timeout_s: float) -> None:
+        """Until every one of ``ids`` has its answer, or ``timeout_s`` has passed."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not all(i in self.found for i in ids):
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return
+            self.arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.arrived.wait(), remaining)
+
+
+async def send(
+    nc: Client, run: str, batch: Sequence[DanmakuReceived], wait_s: float,
+    on_sent: Callable[[Sent], None] | None = None,
+) -> list[Sent]:
+    """Check the run, publish the batch and wait up to ``wait_s`` (all together) for the answers."""
+    js = nc.jetstream(timeout=10.0)
+    await check_run(js, run)
+    answers = _Answers({e.id for e in batch})
+    subscriptions = [await nc.subscribe(family_filter(family, run), cb=answers.on_message)
+                     for family in ("cue", "danmaku")]
+    sent: list[Sent] = []
+    try:
+        await nc.flush()  # subscribed on the server before the first danmaku: no answer slips by
+        for event in batch:
+            ack = await js.publish(subject_for(event), codec.encode(event), headers={"Nats-Msg-Id": event.id})
+            sent.append(Sent(event.id, duplicate=bool(ack.duplicate)))
+            if on_sent is not None:
+                on_sent(sent[-1])
+        if wait_s > 0:
+            await answers.wait([s.id for s in sent if not s.duplicate], wait_s)
+    finally:
+        for sub in subscriptions:
+            await sub.unsubscribe()
+    for s in sent:
+        s.answer = answers.found.get(s.id)
+    return sent

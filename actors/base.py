@@ -24,6 +24,9 @@ class Context:
 
     run: RunStarted | None
     now_ms: int
+    # The input came from outside the run's causal chains (no causation) and was published
+    # after the run's run.ended: a late input (the director rejects a late danmaku).
+    ended: bool = False
 
     @property
     def run_id(self) -> str:

@@ -1,41 +1,74 @@
-"""Recorder actor: every event of every run into the store, acked only after commit."""
+"""Recorder actor: every event of every run into the store, acked only after commit.
+
+A run holds what happened within it.  A producer's event (a danmaku) is stored only
+when its run had started and had not yet ended when it was published; nothing it
+caused is stored either (the director's answer - a rejection with reason
+``run_ended`` or ``unknown_run`` - and whatever followed).  The producer still gets
+that answer on NATS.  Events the run's own actors emit after its run.ended (replies
+finishing, the last frames, their observations) are stored: they come from within.
+So a run that ended takes no new inputs (``replay --verify`` re-executes exactly
+what the live director answered within the run), and a run that never started gets
+no row in the store.  Dead letters are always stored: nothing is dropped silently.
+"""
 
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 
-from nats.aio.msg import Msg
-
-from actors.base import Actor, Input
-from events.base import Event
+from actors.base import Input
+from actors.runtime import Arrival, BatchActor
+from events.danmaku import DanmakuRejected
 from events.subjects import FAMILIES
 from infra.metrics import Metrics
 from store.recorder import EventWriter, Recorded
 
+TURNED_AWAY_IDS = 100_000  # how many ids of events not stored are remembered (their effects are not stored)
 
-class RecorderActor(Actor):
+
+class RecorderActor(BatchActor):
     """Consumes every family and appends each fetched batch to the store in one transaction."""
 
     name = "recorder"
     inputs = tuple(Input(f) for f in FAMILIES)
     accepts_unknown_runs = True
     observed = False  # it watches everything; its own latency is the recorder lag metric
+    producer_types = frozenset({"danmaku.received"})
 
     def __init__(self, writer: EventWriter, metrics: Metrics | None = None) -> None:
         self.writer = writer
         self.metrics = metrics
+        self._away: OrderedDict[str, None] = OrderedDict()
 
-    def consume_batch(self, items: Sequence[tuple[Event, Msg]]) -> None:
+    def consume_batch(self, items: Sequence[Arrival]) -> None:
         """Write one fetched batch; the runtime acks it after this returns."""
-        recorded = []
-        for event, msg in items:
-            meta = msg.metadata
-            recorded.append(Recorded(
-                event, msg.data, msg.subject, meta.sequence.stream, msg.headers or None,
+        kept: list[Recorded] = []
+        passed: list[Recorded] = []
+        for item in items:
+            meta = item.msg.metadata
+            recorded = Recorded(
+                item.event, item.msg.data, item.msg.subject, meta.sequence.stream, item.msg.headers or None,
                 meta.stream, meta.consumer,
-            ))
-        self.writer.append(recorded)
-        newest = max((e.at_ms for e, _ in items), default=0)
+            )
+            (kept if self.belongs(item) else passed).append(recorded)
+        self.writer.append(kept, passed=passed)
+        newest = max((i.event.at_ms for i in items), default=0)
         if self.metrics is not None and newest > 0:  # at_ms 0: a producer that did not stamp it
             self.metrics.recorder_lag.set(max(0.0, time.time() - newest / 1000))
+
+    def belongs(self, item: Arrival) -> bool:
+        """Whether an event is stored in its run (see the module's docstring)."""
+        event = item.event
+        if event.type.startswith("error."):
+            return True
+        outsider = event.type in self.producer_types and (item.ctx.run is None or item.ctx.ended)
+        answer = isinstance(event, DanmakuRejected) and (
+            event.reason == "run_ended" or (event.reason == "unknown_run" and item.ctx.run is None)
+        )
+        if outsider or answer or (event.causation is not None and event.causation in self._away):
+            self._away[event.id] = None
+            if len(self._away) > TURNED_AWAY_IDS:
+                self._away.popitem(last=False)
+            return False
+        return True

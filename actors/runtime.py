@@ -12,14 +12,17 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
+import datetime
 import functools
 import logging
 import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
+import orjson
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
@@ -30,7 +33,7 @@ from events import codec
 from events.base import DecodeError, Event, derive_id
 from events.error import DeadLettered
 from events.qos import QosObserved
-from events.run import RunStarted
+from events.run import RunEnded, RunStarted
 from events.subjects import is_token, run_of, stream_name, subject_for
 from infra.bus import ConsumerSpec, provision_consumers
 from infra.metrics import Metrics
@@ -45,6 +48,10 @@ RESTARTS = 5
 FAILED = object()  # what _call returns when the handler raised
 OBSERVE_PERIOD_S = 1.0  # how often a runtime publishes its observations (qos.observed)
 _INSTANCE = f"{os.getpid()}-{time.time_ns()}"  # tells apart the observations of two processes
+# A message published this long before a lookup that found no run.started / run.ended is
+# covered by that lookup: room for the NATS server's clock against this process's clock.
+CLOCK_MARGIN_US = 1_000_000
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 @dataclass(slots=True)
@@ -60,6 +67,7 @@ class Delivery:
     permanent: bool = False
     queued: bool = False      # waiting in the actor's scheduler
     progress_ms: int = 0      # when JetStream was last told it is still being worked on
+    hop_ms: float | None = None  # from its emission to its fetch (observed once it is handled)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,22 +101,83 @@ def _message_key(spec: ConsumerSpec, meta: AckMetadata) -> str:
     return f"{spec.family}-{meta.stream_seq}"
 
 
+def _message_id(msg: Msg, fallback: str) -> str:
+    """The id an undecodable message would have had: its JSON's ``id``, its Nats-Msg-Id, else ``fallback``."""
+    try:
+        doc = orjson.loads(codec.split(msg.data)[0])
+    except (orjson.JSONDecodeError, DecodeError):
+        doc = None
+    ident = doc.get("id") if isinstance(doc, dict) else None
+    if isinstance(ident, str) and ident:
+        return ident
+    return (msg.headers or {}).get("Nats-Msg-Id") or fallback
+
+
+def _subject_type(subject: str) -> str | None:
+    """The event type a Troupe subject carries (``troupe.<run>.<family>.<name>[.<role>]``)."""
+    parts = subject.split(".")
+    return f"{parts[2]}.{parts[3]}" if len(parts) >= 4 else None
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One decoded message of a batch handed whole to a ``BatchActor``."""
+
+    event: Event
+    msg: Msg
+    meta: AckMetadata
+    # The run (None: unknown) and, for a producer event, whether it came after the run ended.
+    ctx: Context
+
+
+class BatchActor(Actor):
+    """An actor that takes each fetched batch whole, in one call (the recorder)."""
+
+    # Event types that producers outside Troupe publish (the danmaku).  The actor whose input
+    # they are (the director) validates them and dead-letters the undecodable ones; a batch
+    # actor leaves those to it (one dead letter per bad message) and gets, for each producer
+    # event, whether its run existed and had not ended when it was published.
+    producer_types: ClassVar[frozenset[str]] = frozenset()
+
+    def consume_batch(self, items: Sequence[Arrival]) -> None:
+        """Take one fetched batch; the runtime acks it after this returns."""
+        raise NotImplementedError
+
+
 def _failure(future: asyncio.Future[Any]) -> BaseException | None:
     if future.cancelled():
         return asyncio.CancelledError("publish cancelled")
     return future.exception()
 
 
-class RunDirectory:
-    """Looks up and caches each run's ``run.started`` event from the run stream."""
+@dataclass(slots=True)
+class _Miss:
+    """A lookup that found nothing: when it was sent, and when to look again at the latest."""
 
-    def __init__(self, js: JetStreamContext, clock: Clock = time.monotonic, retry_s: float = 1.0) -> None:
+    sent_us: int       # wall clock
+    retry_at: float    # the directory's clock
+
+
+class RunDirectory:
+    """Looks up and caches each run's ``run.started`` and ``run.ended`` from the run stream.
+
+    A found event is kept (a run never un-starts or un-ends).  A lookup that found
+    nothing answers for ``retry_s``: a flood of inputs for a missing (or still running)
+    run must not become a flood of lookups.  It answers for good for a message
+    published before it was sent; ``precise`` callers (the recorder) look again for
+    a newer one instead of trusting it.
+    """
+
+    def __init__(
+        self, js: JetStreamContext, clock: Clock = time.monotonic, retry_s: float = 1.0, wall: Clock = time.time,
+    ) -> None:
         self._js = js
         self._runs: dict[str, RunStarted] = {}
-        # Runs looked up and not found, with when to look again: a flood of danmaku
-        # for a missing run must not become a flood of lookups.
-        self._missing: dict[str, float] = {}
+        self._ends: dict[str, int] = {}        # run -> stream time (us) of its run.ended
+        self._missing: dict[str, _Miss] = {}   # runs without a run.started
+        self._running: dict[str, _Miss] = {}   # runs without a run.ended
         self._clock = clock
+        self._wall = wall
         self._retry_s = retry_s
 
     def known(self, run: str) -> RunStarted | None:
@@ -119,26 +188,68 @@ class RunDirectory:
         self._runs[run.run] = run
         self._missing.pop(run.run, None)
 
-    async def get(self, run: str) -> RunStarted | None:
+    def remember_end(self, run: str, ended_us: int) -> None:
+        """The run ended: its run.ended was stored at ``ended_us`` (stream time)."""
+        if len(self._ends) > 10_000:
+            self._ends.clear()
+        self._ends[run] = ended_us
+        self._running.pop(run, None)
+
+    def _answers(self, miss: _Miss | None, published_us: int | None, precise: bool) -> bool:
+        """Whether a lookup that found nothing still answers for a message published at ``published_us``."""
+        if miss is None:
+            return False
+        if published_us is not None and published_us < miss.sent_us - CLOCK_MARGIN_US:
+            return True  # the message is older than the lookup: what was not there then was not there before
+        return not precise and miss.retry_at > self._clock()
+
+    def _missed(self, misses: dict[str, _Miss], run: str, sent_us: int) -> None:
+        if len(misses) > 10_000:
+            misses.clear()
+        misses[run] = _Miss(sent_us, self._clock() + self._retry_s)
+
+    async def get(self, run: str, published_us: int | None = None, precise: bool = False) -> RunStarted | None:
         """The run's start event, or None when the run does not exist."""
         known = self._runs.get(run)
         if known is not None or not is_token(run):
             return known
-        now = self._clock()
-        if self._missing.get(run, 0.0) > now:
+        if self._answers(self._missing.get(run), published_us, precise):
             return None
+        sent_us = int(self._wall() * 1_000_000)
         try:
             raw = await self._js.get_last_msg(stream_name("run"), f"troupe.{run}.run.started")
         except NotFoundError:
-            if len(self._missing) > 10_000:
-                self._missing.clear()
-            self._missing[run] = now + self._retry_s
+            self._missed(self._missing, run, sent_us)
             return None
-        event = codec.decode(raw.data or b"")
+        try:
+            event = codec.decode(raw.data or b"")
+        except DecodeError as exc:
+            log.warning("the run.started of %s cannot be read: %s", run, exc)
+            return None
         if isinstance(event, RunStarted):
             self._runs[run] = event
             return event
         return None
+
+    async def ended_at(self, run: str, published_us: int | None = None, precise: bool = False) -> int | None:
+        """The stream time (us) of the run's ``run.ended``, or None while it has not ended."""
+        ended = self._ends.get(run)
+        if ended is not None or not is_token(run):
+            return ended
+        if self._answers(self._running.get(run), published_us, precise):
+            return None
+        sent_us = int(self._wall() * 1_000_000)
+        try:
+            raw = await self._js.get_last_msg(stream_name("run"), f"troupe.{run}.run.ended")
+        except NotFoundError:
+            self._missed(self._running, run, sent_us)
+            return None
+        if raw.time is None:  # every stored message has a time; be safe: treat it as just now
+            ended = sent_us
+        else:
+            ended = (raw.time - _EPOCH) // datetime.timedelta(microseconds=1)
+        self.remember_end(run, ended)
+        return ended
 
 
 class ActorRuntime:
@@ -181,6 +292,7 @@ class ActorRuntime:
         self._observed = 0
         self._samples: dict[tuple[str, str], list[float]] = {}  # (run, input type | "handler") -> ms
         self._queued_runs: set[str] = set()
+        self._started_ms = int(clock() * 1000)  # set again by start()
 
     def consumer_specs(self) -> list[ConsumerSpec]:
         """The durable consumers this actor needs, one per input family."""
@@ -195,6 +307,7 @@ class ActorRuntime:
 
     async def start(self) -> ActorRuntime:
         """Provision consumers and start the fetch loops (and the tick loop)."""
+        self._started_ms = int(self.clock() * 1000)
         specs = self.consumer_specs()
         await provision_consumers(self.js, specs)
         for spec in specs:
@@ -318,7 +431,7 @@ class ActorRuntime:
                 if error is not None:
                     await self._undecodable(d, spec, error)
             batch = [d for d in deliveries if d.error is None and d.event is not None]
-            if batch and hasattr(self.actor, "consume_batch"):
+            if batch and isinstance(self.actor, BatchActor):
                 await self._consume_batch(batch)
             else:
                 for d in batch:
@@ -359,6 +472,8 @@ class ActorRuntime:
             event = codec.decode(d.msg.data, defaults)
             if event.run != run:
                 raise DecodeError(f"run {event.run!r} does not match the subject's run {run!r}", "run")
+            if event.type != _subject_type(d.msg.subject):  # e.g. a cue.issued sent as a danmaku
+                raise DecodeError(f"wrong event type {event.type!r} for this subject", "type")
         except DecodeError as exc:
             d.error, d.permanent = f"undecodable: {exc}", True
             return exc
@@ -369,14 +484,48 @@ class ActorRuntime:
         if event.at_ms:
             seconds = max(0.0, self.clock() - event.at_ms / 1000)
             hop.observe(seconds)
-            if self.actor.observed:
-                self._samples.setdefault((event.run, event.type), []).append(seconds * 1000)
+            d.hop_ms = seconds * 1000
         return None
+
+    def _observe_input(self, d: Delivery) -> None:
+        """Count an input the actor is given in its run's observations (never one it is not given:
+        a playback, a run it does not join, a late input: nothing is observed into those)."""
+        if self.actor.observed and d.hop_ms is not None and d.event is not None:
+            self._samples.setdefault((d.event.run, d.event.type), []).append(d.hop_ms)
 
     async def _undecodable(self, d: Delivery, spec: ConsumerSpec, error: DecodeError) -> None:
         assert d.meta is not None
-        ctx = Context(await self._lookup_run(run_of(d.msg.subject) or "_"), 0)
-        d.outputs.extend(self.actor.undecodable(_message_key(spec, d.meta), d.msg.data, str(error), ctx))
+        if isinstance(self.actor, BatchActor) and _subject_type(d.msg.subject) in self.actor.producer_types:
+            d.error = None  # the director, whose input it is, answers it and dead-letters it
+            return
+        run = run_of(d.msg.subject) or "_"
+        ctx = await self.context(run)
+        if ctx.run is not None and await self._late(run, d.meta):
+            ctx = dataclasses.replace(ctx, ended=True)
+        key = _message_id(d.msg, _message_key(spec, d.meta))
+        d.outputs.extend(self.actor.undecodable(key, d.msg.data, str(error), ctx))
+
+    async def _late(self, run: str, meta: AckMetadata, precise: bool = False) -> bool:
+        """Whether a message was published after its run's run.ended."""
+        published_us = meta.timestamp_ns // 1000
+        try:
+            ended_us = await self.runs.ended_at(run, published_us, precise)
+        except Exception as exc:  # noqa: BLE001 - a failed lookup: the run is taken as still running
+            log.warning("run.ended lookup %s failed: %s", run, exc)
+            return False
+        return ended_us is not None and published_us > ended_us
+
+    async def _joins(self, run: RunStarted) -> bool:
+        """Whether the actor is given a run's start (and so opens the run): never for a run that has
+        already ended, nor for a playback that began before this runtime did (a new show's sink must
+        not write an earlier ``troupe replay`` whose messages were left in the stream)."""
+        if run.replay_of is not None and run.started_at_ms < self._started_ms:
+            return False
+        try:
+            return await self.runs.ended_at(run.run) is None
+        except Exception as exc:  # noqa: BLE001 - a failed lookup: the run is taken as still running
+            log.warning("run.ended lookup %s failed: %s", run.run, exc)
+            return True
 
     async def _lookup_run(self, run: str) -> RunStarted | None:
         try:
@@ -394,7 +543,7 @@ class ActorRuntime:
         return Context(run, now)
 
     async def _handle(self, d: Delivery) -> None:
-        assert d.event is not None
+        assert d.event is not None and d.meta is not None
         event = d.event
         ctx = await self.context(event.run)
         if ctx.run is None and not self.actor.accepts_unknown_runs and not isinstance(event, RunStarted):
@@ -403,16 +552,27 @@ class ActorRuntime:
         if isinstance(event, RunStarted):
             self.runs.remember(event)
             ctx = Context(event, int(self.clock() * 1000) - event.started_at_ms)
+            if not await self._joins(event):
+                return
+        elif isinstance(event, RunEnded):
+            self.runs.remember_end(event.run, d.meta.timestamp_ns // 1000)
+        elif ctx.run is not None and event.causation is None and await self._late(event.run, d.meta):
+            ctx = dataclasses.replace(ctx, ended=True)  # an outside input after the end: a late one
         if ctx.run is not None and ctx.run.replay_of is not None and not self.actor.plays_replays:
             return
-        outputs = await self._call([d], f"{event.type} {event.id}", self.actor.handle, event, ctx)
+        if not ctx.ended:
+            self._observe_input(d)
+        outputs = await self._call([d], f"{event.type} {event.id}", self.actor.handle, event, ctx, observed=not ctx.ended)
         if outputs is not FAILED:
             d.outputs.extend(outputs)
             self._tick_wakeup.set()
 
-    async def _call(self, deliveries: list[Delivery], what: str, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run a handler (on the actor's worker thread when it blocks) and time it; when it raises,
-        mark the deliveries failed (for good on a HandlerError, else for a retry) and return FAILED."""
+    async def _call(
+        self, deliveries: list[Delivery], what: str, fn: Callable[..., Any], *args: Any, observed: bool = True,
+    ) -> Any:
+        """Run a handler (on the actor's worker thread when it blocks) and time it (in the run's
+        observations unless not ``observed``); when it raises, mark the deliveries failed (for good
+        on a HandlerError, else for a retry) and return FAILED."""
         started = time.perf_counter()
         result: Any = FAILED
         try:
@@ -426,7 +586,7 @@ class ActorRuntime:
                 d.error = f"{type(exc).__name__}: {exc}"
         elapsed = time.perf_counter() - started
         self._handler_seconds.observe(elapsed)
-        if self.actor.observed:
+        if self.actor.observed and observed:
             run = deliveries[0].event.run if deliveries[0].event is not None else "_"
             self._samples.setdefault((run, "handler"), []).append(elapsed * 1000)
         return result
@@ -456,6 +616,7 @@ class ActorRuntime:
             batch_key=(event.run, work.role, work.batch_key), payload=d,
         ))
         d.queued, d.progress_ms = True, now
+        self._observe_input(d)
         self._work_ready.set()
         return True
 
@@ -547,8 +708,8 @@ class ActorRuntime:
         self._observed += 1
         for run, metric, value, source in rows:
             known = self.runs.known(run)
-            if known is None or not is_token(run):
-                continue
+            if known is None or not is_token(run) or known.replay_of is not None:
+                continue  # a playback is what was recorded: nothing is observed into it
             out.append(QosObserved(
                 id=derive_id(f"{self.durable}:{run}:{_INSTANCE}", f"{metric}:{source}:{self._observed}"), run=run,
                 t_ms=now_ms - known.started_at_ms, metric=metric, value=round(value, 3), source=source,
@@ -556,10 +717,46 @@ class ActorRuntime:
         if out:
             await asyncio.gather(*await self._publish(None, out), return_exceptions=True)
 
+    async def _arrivals(self, batch: list[Delivery]) -> list[Arrival]:
+        """The batch with each event's run; a producer event also learns whether its run existed and
+        had not ended when it was published (one lookup per run and batch at most, never trusting
+        a cached "not there" for a message newer than the lookup: what the director answers
+        "late" must never be stored)."""
+        assert isinstance(self.actor, BatchActor)
+        newest: dict[str, int] = {}
+        for d in batch:
+            assert d.event is not None and d.meta is not None
+            if isinstance(d.event, RunStarted):
+                self.runs.remember(d.event)
+            elif isinstance(d.event, RunEnded):
+                self.runs.remember_end(d.event.run, d.meta.timestamp_ns // 1000)
+            elif d.event.type in self.actor.producer_types:
+                newest[d.event.run] = max(newest.get(d.event.run, 0), d.meta.timestamp_ns // 1000)
+        lifecycle: dict[str, tuple[RunStarted | None, int | None]] = {}
+        for run, published_us in newest.items():  # a failed lookup fails the batch: it is retried
+            started = await self.runs.get(run, published_us, precise=True)
+            # A playback re-publishes what its run's recorder already judged, in store order.
+            judged = started is not None and started.replay_of is None
+            ended = await self.runs.ended_at(run, published_us, precise=True) if judged else None
+            lifecycle[run] = (started, ended)
+        out = []
+        for d in batch:
+            assert d.event is not None and d.meta is not None
+            run = d.event.run
+            if run in lifecycle and d.event.type in self.actor.producer_types:
+                started, ended = lifecycle[run]
+                late = ended is not None and d.meta.timestamp_ns // 1000 > ended
+                ctx = Context(started, 0, ended=late)
+            else:
+                ctx = Context(self.runs.known(run), 0)
+            out.append(Arrival(d.event, d.msg, d.meta, ctx))
+        return out
+
     async def _consume_batch(self, batch: list[Delivery]) -> None:
-        items = [(d.event, d.msg) for d in batch]
+        assert isinstance(self.actor, BatchActor)
         try:
-            await self._in_thread(self.actor.consume_batch, items)  # type: ignore[attr-defined]
+            items = await self._arrivals(batch)
+            await self._in_thread(self.actor.consume_batch, items)
         except Exception as exc:  # noqa: BLE001 - the whole batch is retried
             log.exception("%s batch failed", self.actor.name)
             for d in batch:

@@ -82,22 +82,29 @@ class EventWriter:
             "headers": orjson.dumps(item.headers).decode() if item.headers else None,
         }
 
-    def append(self, items: Sequence[Recorded], attempts: int = 3) -> int:
-        """Write a batch in one transaction; returns how many events were new."""
+    def append(self, items: Sequence[Recorded], attempts: int = 3, passed: Sequence[Recorded] = ()) -> int:
+        """Write a batch in one transaction; returns how many events were new.
+
+        ``passed``: messages of the batch deliberately not stored (the recorder turned them away);
+        only the consumers' positions follow them.
+        """
         if not items:
+            if passed:
+                with self.engine.begin() as conn:
+                    self._track(conn, passed)
             return 0
         # Most batches are new events: insert them straight away and let the unique index
         # catch a batch that holds some already stored (a redelivery); the transaction is
         # rolled back, and the batch written again without the ones the store has.
         for attempt in range(attempts + 1):
             try:
-                return self._append(items, dedupe=attempt > 0)
+                return self._append(items, dedupe=attempt > 0, passed=passed)
             except IntegrityError:
                 if attempt == attempts:
                     raise
         raise AssertionError("unreachable")
 
-    def _append(self, items: Sequence[Recorded], dedupe: bool) -> int:
+    def _append(self, items: Sequence[Recorded], dedupe: bool, passed: Sequence[Recorded] = ()) -> int:
         unique: dict[str, Recorded] = {}
         for item in items:
             unique.setdefault(item.event.id, item)
@@ -126,7 +133,7 @@ class EventWriter:
                         ended_at_ms=e.at_ms, duration_ms=e.duration_ms, end_reason=e.reason,
                         status="failed" if e.reason.startswith("failed") else "ended",
                     ))
-            self._track(conn, items)
+            self._track(conn, [*items, *passed])
         return len(rows)
 
     def _track(self, conn: Any, items: Sequence[Recorded]) -> None:

@@ -3,26 +3,33 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import random
 import signal
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 import orjson
 import pytest
+from sqlalchemy import select
 
 from actors.show import Show, load_show, show_from_dict
 from events import codec
 from events.base import Event
+from events.cue import CueIssued
 from events.danmaku import DanmakuReceived, DanmakuRejected
+from events.error import DeadLettered
 from events.subjects import FAMILIES, stream_name
 from infra.natsserver import EmbeddedNats
 from infra.settings import Settings
 from infra.supervisor import ACTOR_NAMES, Stage, run_show
 from store.recorder import read_events
+from store.schema import events, runs
 from tests.conftest import wait_for
+from tests.showkit import demo_run
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -160,6 +167,14 @@ async def test_hostile_danmaku_are_rejected_or_answered_and_nothing_crashes(sett
                 valid.append(event.id)
         await show
         assert all(rt.healthy for rt in stage.runtimes), "an actor loop ended"
+        # An unknown run's danmaku are answered on NATS...
+        unknown = {f"nosuchrun{i}" for i in range(3, 1000, 10)}
+        info = await stage.js.stream_info(stream_name("danmaku"), subjects_filter="troupe.*.danmaku.rejected")
+        answered = {s.split(".")[1]: n for s, n in (info.state.subjects or {}).items()}
+        assert all(answered.get(r) == 1 for r in unknown)
+        sample = await stage.js.get_last_msg(stream_name("danmaku"), "troupe.nosuchrun3.danmaku.rejected")
+        answer = codec.decode(sample.data or b"")
+        assert isinstance(answer, DanmakuRejected) and answer.reason == "unknown_run"
     engine = Stage(settings).engine
     recorded = read_events(engine, run)
     rejected = Counter(e.reason for e in recorded if isinstance(e, DanmakuRejected))
@@ -167,10 +182,59 @@ async def test_hostile_danmaku_are_rejected_or_answered_and_nothing_crashes(sett
     assert rejected["malformed"] + rejected["bad_kind"] == expected["malformed"] + expected["kind"]
     for reason in ("too_long", "control_characters", "empty", "blocked", "unknown_role"):
         assert rejected[reason] == expected[reason], reason
-    unknown = [e for e in sum((read_events(engine, f"nosuchrun{i}") for i in range(3, 1000, 10)), [])]
-    assert Counter(getattr(e, "reason", None) for e in unknown if e.type == "danmaku.rejected")["unknown_run"] == 100
-    cues = {e.correlation for e in recorded if e.type in ("cue.issued", "cue.merged")}
-    assert set(valid) <= cues
+    # ... and nothing of them is stored: no events, not even a row in runs.
+    with engine.connect() as conn:
+        assert not conn.execute(select(runs.c.id).where(runs.c.id.in_(unknown))).all()
+        assert not conn.execute(select(events.c.id).where(events.c.run.in_(unknown))).all()
+    # One dead letter per undecodable message (the director's), and its answer keeps the link to it.
+    malformed = [e for e in recorded if isinstance(e, DanmakuRejected) and e.reason == "malformed"]
+    letters = [e for e in recorded if isinstance(e, DeadLettered)]
+    assert len(letters) == len(malformed) and {e.actor for e in letters} == {"director"}
+    assert all(e.causation and e.correlation == e.causation for e in malformed)
+    with_ids = {f"h{i}" for i in range(2, 1000, 10)}  # the JSON messages with a field of the wrong type
+    assert with_ids <= {e.causation for e in malformed}
+    # Every valid danmaku gets an answer (a cue, a merge) or a reason (the stage was too busy).
+    answered = {e.correlation for e in recorded if e.type in ("cue.issued", "cue.merged", "danmaku.skipped")}
+    prompts = {f"h{i}" for i, (_, _, outcome) in enumerate(messages) if outcome == "reply"}
+    assert set(valid) | prompts <= answered
     replies = [e for e in recorded if e.type == "utterance.completed"]
-    assert len(replies) == expected["reply"] + len(valid)
+    assert len(replies) == sum(1 for e in recorded if e.type == "cue.issued")
     assert_complete(recorded)
+
+
+async def test_a_bad_message_is_answered_once_linked_to_it_and_dead_lettered_once(settings: Settings) -> None:
+    run = "badmsgs"
+    subject = f"troupe.{run}.danmaku.received"
+    cue = CueIssued(id=f"{run}-fake-cue", run=run, role="rex", seq=1, user="x", text="say this",
+                    danmaku=(), routed_by="addressed")
+    async with Stage(settings) as stage:
+        await stage.start_actors(["director", "recorder"])
+        start = demo_run(run)
+        await stage.publish([dataclasses.replace(start, started_at_ms=int(time.time() * 1000))])
+        await stage.js.publish(subject, b"\xff garbage", headers={"Nats-Msg-Id": f"{run}-g1"})
+        await stage.js.publish(subject, orjson.dumps({"type": "danmaku.received", "id": f"{run}-j1",
+                                                      "payload": {"text": 5}}))
+        ack = await stage.js.publish(subject, b"[1, 2")
+        # A whole event of another type on the danmaku subject is not a danmaku, nor is it a cue.
+        await stage.js.publish(subject, codec.encode(cue), headers={"Nats-Msg-Id": cue.id})
+        good = DanmakuReceived(id=f"{run}-ok", run=run, user="fan", text="@rex hello")
+        await stage.js.publish(subject, codec.encode(good), headers={"Nats-Msg-Id": good.id})
+        engine = stage.engine
+
+        def stored(type_: str) -> list[Event]:
+            return [e for e in read_events(engine, run) if e.type == type_]
+
+        await wait_for(lambda: len(stored("danmaku.rejected")) >= 4 and len(stored("error.dead_lettered")) >= 4,
+                       timeout_s=30, what="four answers and four dead letters")
+        assert await stage.drain(["director", "recorder"], timeout_s=30)
+    answers = {e.causation: e for e in stored("danmaku.rejected") if isinstance(e, DanmakuRejected)}
+    key = f"danmaku-{ack.seq}"
+    assert set(answers) == {f"{run}-g1", f"{run}-j1", key, cue.id}
+    assert all(a.reason == "malformed" and a.correlation == a.causation for a in answers.values())
+    assert "payload.text" in answers[f"{run}-j1"].detail
+    assert "wrong event type 'cue.issued'" in answers[cue.id].detail
+    letters = [e for e in stored("error.dead_lettered") if isinstance(e, DeadLettered)]
+    assert len(letters) == 4 and {e.actor for e in letters} == {"director"}
+    assert codec.encode(cue) in {e.raw for e in letters}
+    assert not [e for e in read_events(engine, run) if e.id == cue.id or e.type == "cue.issued" and e.causation is None]
+    assert [e.id for e in stored("danmaku.received")] == [good.id]

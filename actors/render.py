@@ -65,11 +65,11 @@ class _Show:
     run: RunStarted
     renderer: StageRenderer
     roles: tuple[str, ...]
-    frame_ms: float
     quality: int
     memo: FrameMemo = field(default_factory=FrameMemo)
     next_frame: int = 0
-    end_ms: int | None = None
+    # Frames the show has (n < frames): from its planned length, or its end once known.
+    frames: int | None = None
     tracks: list[VisemeTrack] = field(default_factory=list)
     starts: list[int] = field(default_factory=list)
     skipped: int = 0
@@ -99,7 +99,7 @@ class RenderActor(Actor):
 
     @staticmethod
     def _finished(show: _Show) -> bool:
-        return show.end_ms is not None and show.next_frame * show.frame_ms >= show.end_ms
+        return show.frames is not None and show.next_frame >= show.frames
 
     def next_tick(self, run: str) -> int | None:
         show = self._shows.get(run)
@@ -107,7 +107,7 @@ class RenderActor(Actor):
             return None
         # Draw a frame a moment after its show time, so visemes placed at that very
         # moment (one NATS hop away) make it into the frame instead of the next one.
-        return int(show.next_frame * show.frame_ms) + self.settings.render_delay_ms
+        return frame_time(show.next_frame, show.run.fps) + self.settings.render_delay_ms
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
         if isinstance(event, RunStarted):
@@ -120,7 +120,8 @@ class RenderActor(Actor):
         if show is None:
             return ()
         if isinstance(event, RunEnded):
-            show.end_ms = event.duration_ms
+            ended = frame_count(event.duration_ms, show.run.fps)
+            show.frames = ended if show.frames is None else min(show.frames, ended)
         elif isinstance(event, VisemeTrack):
             if event.utterance in show.cuts:  # placed before the cut arrived: cut it too
                 cut = cut_track(event, show.cuts[event.utterance])
@@ -145,14 +146,19 @@ class RenderActor(Actor):
             return
         renderer, roles = stage_renderer(run, self.device)
         quality = for_run(self.settings, run.config).jpeg_quality
-        self._shows[run.run] = _Show(run, renderer, roles, 1000 / run.fps, quality)
+        # A planned length bounds the frames before run.ended arrives: that event is published
+        # at the very show time of the first frame past the end, and often handled after it.
+        planned = frame_count(run.duration_ms, run.fps) if run.duration_ms > 0 else None
+        self._shows[run.run] = _Show(run, renderer, roles, quality, frames=planned)
 
     def tick(self, ctx: Context) -> Sequence[Event]:
         assert ctx.run is not None
         show = self._shows[ctx.run.run]
-        due = int((ctx.now_ms - self.settings.render_delay_ms) // show.frame_ms)
-        if show.end_ms is not None:
-            due = min(due, int(show.end_ms // show.frame_ms) - 1)
+        if self._finished(show):  # the end became known after this tick was scheduled
+            return ()
+        due = (ctx.now_ms - self.settings.render_delay_ms) * show.run.fps // 1000
+        if show.frames is not None:
+            due = min(due, show.frames - 1)
         if due - show.next_frame >= 2:  # more than a frame behind: drop to the present
             show.skipped += due - show.next_frame
             show.window_skipped += due - show.next_frame
@@ -208,7 +214,7 @@ class RenderActor(Actor):
         return self.slow_render_ms * (w * h) / (w0 * h0)
 
     def _frame(self, show: _Show, n: int, now_ms: int) -> FrameRendered:
-        t = int(n * show.frame_ms)
+        t = frame_time(n, show.run.fps)
         if show.resolution is not None:  # a clean boundary: between two frames
             show.renderer.set_resolution(show.resolution)
             show.resolution = None
@@ -233,6 +239,16 @@ class RenderActor(Actor):
             del show.starts[:keep]
 
 
+def frame_time(n: int, fps: int) -> int:
+    """Show time (ms) of frame ``n``: ``n * 1000 / fps`` rounded down, in integers."""
+    return n * 1000 // fps
+
+
+def frame_count(duration_ms: int, fps: int) -> int:
+    """The frames of a show of ``duration_ms``: those whose show time is before its end."""
+    return -(-max(0, duration_ms) * fps // 1000)
+
+
 def shown(track: VisemeTrack | None, t: int) -> tuple[VisemeTrack | None, bool]:
     """What a frame at ``t`` shows of the latest track that started by then.
 
@@ -255,7 +271,7 @@ def draw_frame(
 ) -> FrameRendered:
     """Frame ``n`` of a run given the latest track started by its show time: a pure function of
     its arguments (the live renderer, re-execution and export all draw through it)."""
-    t = int(n * 1000 / run.fps)
+    t = frame_time(n, run.fps)
     track, speaking = shown(latest, t)
     states, marks = [], []
     for role in roles:

@@ -2,8 +2,11 @@
 
 Audio is laid on a timeline by ``viseme.track.start_ms`` (where lipsync put each
 chunk) and written a little behind the video, so that speech placed just before
-a frame was drawn is never missed.  Frames the renderer skipped are repeated, so
-the video keeps the show clock.
+a frame was drawn is never missed.  When a chunk's place is known but its PCM has
+not come (a backlog on the audio stream), the audio waits at that place, a bounded
+while, so that the speech lands under the moving mouth; past the bound the place is
+written as silence and logged.  Frames the renderer skipped are repeated, so the
+video keeps the show clock.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import numpy as np
 from actors.backends.mp4 import Mp4Writer
 from actors.backends.render_torch import RESOLUTIONS
 from actors.base import Actor, Context, Input
+from actors.render import frame_count
 from events.audio import AudioChunk
 from events.base import Event
 from events.frame import FrameRendered
@@ -28,10 +32,31 @@ from infra.settings import Settings
 log = logging.getLogger(__name__)
 SAMPLE_RATE = 22050
 AUDIO_LAG_MS = 600
+# With a backlog on the audio stream a chunk can reach the sink after lipsync's placement of it:
+# the audio then waits at that place for up to this long (show-clock ms since it began waiting)
+# before the place is written as silence.
+AUDIO_WAIT_MS = 4000
+# The most the audio may fall behind the video while it waits: bounds what the sink (and the
+# muxer's interleaving queue, flushed by libavformat after 10 s) holds.
+AUDIO_HOLD_MAX_MS = 8000
+# Chunks not placed yet that are kept (about a minute of speech); a chunk lipsync never places
+# (its reply was cut) is dropped, oldest first, beyond that.
+UNPLACED_MAX = 128
+
+
+@dataclass(frozen=True, slots=True)
+class _Placed:
+    """A chunk's place on the show timeline, as lipsync decided it."""
+
+    start_ms: int
+    end_ms: int
+    audio: str
+    stop_ms: int | None = None  # an interrupted utterance's audio stops here
 
 
 @dataclass(slots=True)
 class _Mux:
+    run: RunStarted
     writer: Mp4Writer
     path: Path
     fps: int
@@ -39,10 +64,15 @@ class _Mux:
     last_frame: bytes | None = None
     pending_frames: dict[int, bytes] = field(default_factory=dict)
     pcm: dict[str, np.ndarray] = field(default_factory=dict)
-    placements: list[tuple[int, str, int | None]] = field(default_factory=list)  # start, audio, stop
-    utterances: dict[str, str] = field(default_factory=dict)  # audio id -> utterance
+    unplaced: dict[str, None] = field(default_factory=dict)   # audio ids with PCM, no place yet, oldest first
+    placements: list[_Placed] = field(default_factory=list)
+    utterances: dict[str, str] = field(default_factory=dict)  # audio id -> utterance, for every chunk placed
+    spent: set[str] = field(default_factory=set)              # audio ids written, cut or given up
     cuts: dict[str, int] = field(default_factory=dict)        # interrupted utterance -> stop (show ms)
     samples_written: int = 0
+    hold_at: int | None = None       # the audio waits at this sample for a placed chunk's PCM ...
+    hold_since_ms: int | None = None  # ... since this show time
+    silenced: int = 0                 # placed chunks whose PCM came too late: their place is silent
     end_ms: int | None = None
     closed: bool = False
 
@@ -74,22 +104,33 @@ class SinkActor(Actor):
             mux.pending_frames[event.n] = event.jpeg
             self._write_frames(mux)
         elif isinstance(event, AudioChunk):
-            mux.pcm[event.id] = _as_rate(event.pcm, event.sample_rate)
+            self._take_audio(mux, event)
         elif isinstance(event, VisemeTrack):
-            stop = mux.cuts.get(event.utterance)
-            if stop is None or event.start_ms < stop:
-                mux.placements.append((event.start_ms, event.audio, stop))
-                mux.utterances[event.audio] = event.utterance
+            self._place(mux, event)
         elif isinstance(event, VisemeCut):
-            mux.cuts[event.utterance] = event.at_ms
-            mux.placements = [
-                (start, audio, event.at_ms if mux.utterances.get(audio) == event.utterance else stop)
-                for start, audio, stop in mux.placements
-                if mux.utterances.get(audio) != event.utterance or start < event.at_ms
-            ]
+            self._cut(mux, event)
         elif isinstance(event, RunEnded):
             mux.end_ms = event.duration_ms
-        self._maybe_finish(event.run, mux)
+        self._advance(mux, ctx.now_ms)
+        self._maybe_finish(event.run, mux, ctx.now_ms)
+        return ()
+
+    # A run whose audio waits for a chunk is clocked: when the wait runs out, the place is
+    # written as silence (and the file finished) even if no other event comes.
+    def active_runs(self) -> Sequence[RunStarted]:
+        return [m.run for m in self._muxes.values() if not m.closed and m.hold_since_ms is not None]
+
+    def next_tick(self, run: str) -> int | None:
+        mux = self._muxes.get(run)
+        if mux is None or mux.closed or mux.hold_since_ms is None:
+            return None
+        return mux.hold_since_ms + AUDIO_WAIT_MS
+
+    def tick(self, ctx: Context) -> Sequence[Event]:
+        mux = self._muxes.get(ctx.run_id)
+        if mux is not None and not mux.closed:
+            self._advance(mux, ctx.now_ms)
+            self._maybe_finish(ctx.run_id, mux, ctx.now_ms)
         return ()
 
     def _open(self, run: RunStarted) -> None:
@@ -100,10 +141,54 @@ class SinkActor(Actor):
         out.mkdir(parents=True, exist_ok=True)
         path = out / f"{run.run}.mp4"
         writer = Mp4Writer(path, width, height, run.fps, SAMPLE_RATE, self.settings.video_crf, self.settings.video_preset)
-        self._muxes[run.run] = _Mux(writer, path, run.fps)
+        self._muxes[run.run] = _Mux(run, writer, path, run.fps)
+
+    def _take_audio(self, mux: _Mux, chunk: AudioChunk) -> None:
+        if chunk.id in mux.spent or chunk.id in mux.pcm:  # given up on, or a redelivery
+            return
+        mux.pcm[chunk.id] = _as_rate(chunk.pcm, chunk.sample_rate)
+        if chunk.id not in mux.utterances:
+            mux.unplaced[chunk.id] = None
+            if len(mux.unplaced) > UNPLACED_MAX:
+                oldest = next(iter(mux.unplaced))
+                del mux.unplaced[oldest]
+                del mux.pcm[oldest]
+                log.warning("audio %s was never placed on the timeline; dropped", oldest)
+
+    def _place(self, mux: _Mux, track: VisemeTrack) -> None:
+        if track.audio in mux.utterances:  # a redelivery
+            return
+        stop = mux.cuts.get(track.utterance)
+        if stop is not None and track.start_ms >= stop:
+            return
+        mux.utterances[track.audio] = track.utterance
+        mux.unplaced.pop(track.audio, None)
+        written_ms = mux.samples_written * 1000 // SAMPLE_RATE
+        if track.start_ms < written_ms:  # the placement itself came late (a backlog of tracks)
+            log.warning("audio %s of run %s was placed at %d ms, after the audio there was written",
+                        track.audio, mux.run.run, track.start_ms)
+            if track.end_ms <= written_ms:
+                mux.pcm.pop(track.audio, None)
+                mux.spent.add(track.audio)
+                mux.silenced += 1
+                return
+        mux.placements.append(_Placed(track.start_ms, track.end_ms, track.audio, stop))
+
+    def _cut(self, mux: _Mux, cut: VisemeCut) -> None:
+        mux.cuts[cut.utterance] = cut.at_ms
+        kept = []
+        for p in mux.placements:
+            if mux.utterances.get(p.audio) != cut.utterance:
+                kept.append(p)
+            elif p.start_ms < cut.at_ms:
+                kept.append(_Placed(p.start_ms, p.end_ms, p.audio, cut.at_ms))
+            else:  # never heard: its mouth never moves
+                mux.pcm.pop(p.audio, None)
+                mux.spent.add(p.audio)
+        mux.placements = kept
 
     def _write_frames(self, mux: _Mux) -> None:
-        limit = None if mux.end_ms is None else mux.end_ms * mux.fps // 1000
+        limit = None if mux.end_ms is None else frame_count(mux.end_ms, mux.fps)
         while mux.pending_frames:
             if limit is not None and mux.frames_written >= limit:
                 mux.pending_frames.clear()
@@ -120,62 +205,121 @@ class SinkActor(Actor):
             mux.writer.write_frame(jpeg)
             mux.last_frame = jpeg
             mux.frames_written += 1
-        video_ms = mux.frames_written * 1000 // mux.fps
-        self._write_audio(mux, video_ms - AUDIO_LAG_MS)
 
-    def _write_audio(self, mux: _Mux, until_ms: int) -> None:
-        until = max(0, until_ms) * SAMPLE_RATE // 1000
-        if until <= mux.samples_written:
-            return
+    def _video_done(self, mux: _Mux) -> bool:
+        return mux.end_ms is not None and mux.frames_written >= frame_count(mux.end_ms, mux.fps)
+
+    def _advance(self, mux: _Mux, now_ms: int, final: bool = False) -> None:
+        """Write the audio up to a little behind the video (all of it once the video is complete),
+        waiting at the place of a placed chunk whose PCM has not arrived, within the bounds."""
+        video_ms = mux.frames_written * 1000 // mux.fps
+        until = max(0, video_ms if self._video_done(mux) else video_ms - AUDIO_LAG_MS) * SAMPLE_RATE // 1000
+        held = self._awaited(mux, until)
+        if held is not None:
+            if held != mux.hold_at:
+                mux.hold_at, mux.hold_since_ms = held, now_ms
+            assert mux.hold_since_ms is not None
+            behind_ms = video_ms - held * 1000 // SAMPLE_RATE
+            if final or now_ms - mux.hold_since_ms >= AUDIO_WAIT_MS or behind_ms > AUDIO_HOLD_MAX_MS:
+                self._give_up(mux, until)
+                held = None
+            else:
+                until = held
+        if held is None:
+            mux.hold_at = mux.hold_since_ms = None
+        if until > mux.samples_written:
+            self._write_audio(mux, until)
+
+    def _awaited(self, mux: _Mux, until: int) -> int | None:
+        """The first sample before ``until`` not written yet that a placed chunk without PCM covers."""
+        first = None
+        for p in mux.placements:
+            if p.audio in mux.pcm:
+                continue
+            lo, hi = _samples(p.start_ms), _samples(p.end_ms if p.stop_ms is None else min(p.end_ms, p.stop_ms))
+            if hi <= mux.samples_written or lo >= until:
+                continue
+            at = max(lo, mux.samples_written)
+            first = at if first is None else min(first, at)
+        return first
+
+    def _give_up(self, mux: _Mux, until: int) -> None:
+        """Write the places before ``until`` of chunks whose PCM has not come as silence."""
+        kept = []
+        for p in mux.placements:
+            if p.audio not in mux.pcm and _samples(p.start_ms) < until:
+                mux.spent.add(p.audio)
+                mux.silenced += 1
+                log.warning("audio %s of run %s did not arrive while the mux waited at its place (%d ms); "
+                            "its place stays silent", p.audio, mux.run.run, p.start_ms)
+            else:
+                kept.append(p)
+        mux.placements = kept
+
+    def _write_audio(self, mux: _Mux, until: int) -> None:
         start = mux.samples_written
         block = np.zeros(until - start, dtype=np.int32)
-        keep: list[tuple[int, str, int | None]] = []
-        for start_ms, audio_id, stop_ms in mux.placements:
-            pcm = mux.pcm.get(audio_id)
-            at = start_ms * SAMPLE_RATE // 1000
+        keep: list[_Placed] = []
+        for p in mux.placements:
+            pcm = mux.pcm.get(p.audio)
+            at = _samples(p.start_ms)
             if pcm is None:
-                keep.append((start_ms, audio_id, stop_ms))
-                if at < start:
-                    log.warning("audio %s arrived too late for the mux; its place stays silent", audio_id)
+                keep.append(p)
                 continue
             end = at + len(pcm)
-            if stop_ms is not None:  # an interrupted utterance: its audio stops with its mouth
-                end = min(end, stop_ms * SAMPLE_RATE // 1000)
+            if p.stop_ms is not None:  # an interrupted utterance: its audio stops with its mouth
+                end = min(end, _samples(p.stop_ms))
             lo, hi = max(at, start), min(end, until)
             if hi > lo:
                 block[lo - start : hi - start] += pcm[lo - at : hi - at]
-            if end > until:
-                keep.append((start_ms, audio_id, stop_ms))
+            if end > until:  # the rest goes into a later block
+                keep.append(p)
             else:
-                del mux.pcm[audio_id]
+                del mux.pcm[p.audio]
+                mux.spent.add(p.audio)
         mux.placements = keep
         mux.writer.write_audio(np.clip(block, -32768, 32767).astype("<i2").tobytes())
         mux.samples_written = until
 
-    def _maybe_finish(self, run: str, mux: _Mux) -> None:
-        if mux.end_ms is None:
-            return
-        if mux.frames_written * 1000 // mux.fps >= mux.end_ms - 1:
-            self._finish(run, mux)
+    def _maybe_finish(self, run: str, mux: _Mux, now_ms: int) -> None:
+        if self._video_done(mux) and mux.hold_since_ms is None:
+            self._finish(run, mux, now_ms)
 
-    def _finish(self, run: str, mux: _Mux) -> None:
+    def _finish(self, run: str, mux: _Mux, now_ms: int) -> None:
         if mux.closed:
             return
         if mux.end_ms is not None and mux.last_frame is not None:
-            while mux.frames_written * 1000 // mux.fps < mux.end_ms:
+            while mux.frames_written < frame_count(mux.end_ms, mux.fps):
                 mux.writer.write_frame(mux.last_frame)
                 mux.frames_written += 1
-        self._write_audio(mux, mux.frames_written * 1000 // mux.fps)
+        if mux.end_ms is None:  # closed before the run ended: whatever video there is, audio to match
+            mux.end_ms = mux.frames_written * 1000 // mux.fps
+        self._advance(mux, now_ms, final=True)
         mux.writer.close()
         mux.closed = True
         self.finished[run] = mux.path
+        if mux.silenced:
+            log.warning("run %s: %d audio chunks arrived too late for the mux; their places are silent",
+                        run, mux.silenced)
+        # The file is done: nothing of the run's media stays in memory.
+        mux.pending_frames.clear()
+        mux.pcm.clear()
+        mux.unplaced.clear()
+        mux.placements.clear()
+        mux.utterances.clear()
+        mux.spent.clear()
+        mux.last_frame = None
 
     def close(self) -> None:
         for run, mux in self._muxes.items():
             try:
-                self._finish(run, mux)
+                self._finish(run, mux, 0)
             except Exception:  # noqa: BLE001 - one bad file must not stop the others closing
                 log.exception("closing the video of %s failed", run)
+
+
+def _samples(ms: int) -> int:
+    return max(0, ms) * SAMPLE_RATE // 1000
 
 
 def _as_rate(pcm: bytes, rate: int) -> np.ndarray:

@@ -26,7 +26,9 @@ from tests.conftest import wait_for
 pytestmark = pytest.mark.timeout(180)
 WEIGHTS = [4.0, 3.0, 2.5, 2.0, 1.5, 1.0, 0.75, 0.5]
 PER_ROLE = 6
-TOP_BUDGET_MS = 1500
+# The heaviest role's slowest answer, as a share of the time the whole flood took (quiet: 7%, with
+# the cores busy: 10%); a share, not milliseconds, since the machine's load stretches both alike.
+TOP_SHARE = 0.25
 TOPICS = ["games", "music", "food", "travel", "robots", "weather", "books", "films", "sports", "space"]
 
 
@@ -81,11 +83,13 @@ async def test_the_heaviest_role_answers_within_its_budget_and_every_role_is_ans
     for corr, (role, at) in cue_at.items():
         per_role[role].append(first_audio[corr] - at)
     assert len(per_role) == len(WEIGHTS) and all(len(v) == PER_ROLE for v in per_role.values())
-    top = per_role["r0"]
-    assert max(top) <= TOP_BUDGET_MS, per_role
+    top, lightest = per_role["r0"], per_role[f"r{len(WEIGHTS) - 1}"]
+    slowest = max(max(v) for v in per_role.values())
+    assert max(top) <= TOP_SHARE * slowest, per_role
+    assert max(top) < min(lightest), per_role  # every cue of the heaviest role before any of the lightest
     means = [statistics.fmean(per_role[f"r{i}"]) for i in range(len(WEIGHTS))]
     assert means[0] < means[-1] and means[0] <= min(means), means
     # The stated bound: nothing waits behind work that arrived more than D after it, so every
     # cue is answered within D plus the time to serve what came before it.
     bound = PriorityPolicy().overtake_bound_ms
-    assert max(max(v) for v in per_role.values()) <= bound + 5000, per_role
+    assert slowest <= bound + 5000, per_role  # quiet: 2.4 s, with the cores busy: 3.3 s

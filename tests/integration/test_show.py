@@ -10,6 +10,7 @@ from sqlalchemy import func, select
 
 from events import codec
 from infra.summary import summarise
+from schedulers.stage import StagePolicy
 from store.recorder import read_events
 from store.schema import events as events_table
 
@@ -43,6 +44,7 @@ async def test_the_video_and_its_audio_last_the_show(demo) -> None:  # type: ign
     assert abs(durations["audio"] - 20.0) < 0.15
     with av.open(str(result.mp4)) as container:
         video = container.streams.video[0]
+        assert video.frames == 500  # 20 s x 25 fps: frames the renderer skipped are repeated
         assert (video.codec_context.name, video.codec_context.height) == ("h264", 720)
         assert int(video.average_rate) == 25
         assert container.streams.audio[0].codec_context.name == "aac"
@@ -83,17 +85,38 @@ async def test_every_cue_is_spoken_and_nothing_is_recorded_twice(demo) -> None: 
         mine = [e for e in recorded if getattr(e, "utterance", None) == cue.id]
         assert any(e.type == "utterance.completed" for e in mine), cue
         assert any(e.type == "audio.chunk" and e.last for e in mine), cue  # type: ignore[attr-defined]
-        assert any(e.type == "viseme.track" and e.last for e in mine), cue  # type: ignore[attr-defined]
+        # Spoken to its end, or given up on purpose (it could not start by its deadline, or
+        # would run past the show's end), with the reason.
+        dropped = [e for e in mine if e.type == "utterance.dropped"]
+        assert any(e.type == "viseme.track" and e.last for e in mine) or dropped, cue  # type: ignore[attr-defined]
+        assert all(e.reason for e in dropped)  # type: ignore[attr-defined]
 
 
 async def test_the_summary_reports_what_happened(demo) -> None:  # type: ignore[no-untyped-def]
     _, result, engine, _ = demo
     summary = summarise(engine, result.run, str(result.mp4))
-    assert 490 <= summary["events"]["frame.rendered"] <= 501  # a frame may be skipped when late
-    assert summary["rejected"] == 1  # the blocklisted line of the demo script
-    assert summary["merged"] == 1    # two viewers asked Rex the same thing
+    # Exactly the frames of 20 s at 25 fps are due (n = 0..499, never 500); the last is always
+    # drawn, and a frame may be skipped when the renderer falls behind (the video repeats one).
+    assert summary["frames"]["expected"] == 500
+    drawn = [e.n for e in read_events(engine, result.run, ["frame.rendered"])]  # type: ignore[attr-defined]
+    assert len(drawn) == len(set(drawn)) == summary["events"]["frame.rendered"] == summary["frames"]["rendered"]
+    assert set(drawn) <= set(range(500)) and 499 in drawn
+    # At most a second's worth skipped: with the cores busy the first frames go by while the
+    # renderer builds its sprites (up to 9 seen), and a starved moment may cost one or two more.
+    assert len(drawn) >= 475, f"{500 - len(drawn)} of 500 frames skipped"
+    assert summary["rejected"] == 1, summary  # the blocklisted line of the demo script
+    assert summary["merged"] == 1, summary    # two viewers asked Rex the same thing
     lat = summary["latency_ms"]
-    assert lat["danmaku_to_first_audio"]["n"] == summary["events"]["cue.issued"]
-    assert lat["danmaku_to_first_audio"]["p50"] < 1000
+    assert lat["danmaku_to_first_audio"]["n"] == summary["events"]["cue.issued"], summary
+    # A comment waits for the floor (the director's stage budget) at most its class's limit; once
+    # its role is cued, the speech starts within a second (quiet or busy: under 50 ms).
+    assert lat["danmaku_to_first_audio"]["p99"] <= max(StagePolicy().wait_ms) + 1000, lat
+    recorded = read_events(engine, result.run, ["cue.issued", "audio.chunk"])
+    first_audio: dict[str, int] = {}
+    for e in recorded:
+        if e.type == "audio.chunk" and e.correlation:
+            first_audio[e.correlation] = min(e.at_ms, first_audio.get(e.correlation, e.at_ms))
+    cued = {e.correlation: e.at_ms for e in recorded if e.type == "cue.issued"}
+    assert cued and all(first_audio[c] - at < 1000 for c, at in cued.items()), (cued, first_audio)
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(events_table)).scalar_one() >= sum(summary["events"].values())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from events.cue import CueIssued
 from events.viseme import VisemeTrack
 from infra.cli import main
 from infra.summary import event_counts
+from schedulers.stage import StagePolicy
 from store.recorder import EventWriter, Recorded
 from store.reexec import verify
 from store.schema import events
@@ -62,7 +64,10 @@ async def test_inspect_reports_roles_latencies_and_one_causal_chain(demo, capsys
     assert sum(r["cues"] for r in doc["roles"].values()) == counts["cue.issued"]
     hops = doc["latency_ms"]
     assert set(hops) == {"director", "llm", "tts", "lipsync", "render", "total"}
-    assert 0 < hops["total"]["p50"] <= hops["total"]["p99"] < 5000
+    # The director's hop holds the wait for the floor (at most a comment class's limit); every
+    # hop after the cue takes well under a second (with the cores busy: p99 under 100 ms).
+    assert 0 < hops["total"]["p50"] <= hops["total"]["p99"] <= max(StagePolicy().wait_ms) + 2000
+    assert all(hops[h]["p99"] < 1000 for h in ("llm", "tts", "lipsync", "render")), hops
     cue = next(e for e in _events(engine, result.run, "cue.issued"))
     code, out, _ = await troupe(capsys, *env_args(settings), "inspect", result.run, "--correlation", cue.correlation, "--json")
     assert code == 0
@@ -84,11 +89,15 @@ def _events(engine: Any, run: str, type_: str) -> list[Event]:
 
 
 async def test_verify_finds_no_divergence_in_a_recorded_run(demo, capsys) -> None:  # type: ignore[no-untyped-def]
-    settings, result, _, _ = demo
+    settings, result, engine, _ = demo
     code, out, _ = await troupe(capsys, *env_args(settings), "replay", result.run, "--verify")
     assert code == 0, out
-    assert out.strip().endswith("0 divergences")
-    assert "director" in out and "lipsync" in out and "render 500" in out
+    assert out.strip().endswith("0 divergences"), out
+    # Every recorded frame is drawn again: the frames of 20 s at 25 fps (n < 500), less any the
+    # renderer skipped when it fell behind (tests/integration/test_show.py counts those).
+    drawn = event_counts(engine, result.run)["frame.rendered"]
+    assert drawn <= 500
+    assert "director" in out and "lipsync" in out and re.search(rf"\brender {drawn}\b", out), out
 
 
 async def test_verify_points_at_the_first_event_a_changed_handler_gets_wrong(demo) -> None:  # type: ignore[no-untyped-def]

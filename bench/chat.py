@@ -166,7 +166,8 @@ def measure(engine: Any, run: str, lines: list[Line], duration_s: float) -> dict
         root = cue_root.get(ref) if kind in ("cue.issued", "cue.merged") else None
         if root is not None and root in frames:
             c[1] += 1
-            ms = float(frames[root] - received[d])
+            # A repeat that joined a reply already on screen was answered as it arrived: 0, not less.
+            ms = float(max(0, frames[root] - received[d]))
             latency.setdefault(cls, []).append(ms)
             latency.setdefault("all", []).append(ms)
     spans, backlog, after = _speech(engine, run)

@@ -101,14 +101,21 @@ def _role(doc: Mapping[str, Any], i: int) -> RoleSpec:
     shape = _get(look, "shape", str, f"{where}.look", "round")
     if shape not in ("round", "square", "tall"):
         raise ShowError(f"{where}.look.shape: {shape!r} is not round, square or tall")
+    pitch = int(_get(voice, "pitch", int, f"{where}.voice", 50))
+    if not 0 <= pitch <= 100:
+        raise ShowError(f"{where}.voice.pitch: {pitch} is not in 0..100")
+    rate = int(_get(voice, "rate", int, f"{where}.voice", 175))
+    if not 80 <= rate <= 450:
+        raise ShowError(f"{where}.voice.rate: {rate} words a minute is not in 80..450")
+    weight = float(_get(doc, "weight", (int, float), where, 1.0))
+    if not 0 < weight <= 100:
+        raise ShowError(f"{where}.weight: {weight:g} is not above 0 (and at most 100)")
     return RoleSpec(
         id=role_id, name=_get(doc, "name", str, where, role_id),
         persona=_get(doc, "persona", str, where, ""), language=language,
         keywords=tuple(str(k) for k in _get(doc, "keywords", list, where, [])),
-        weight=float(_get(doc, "weight", (int, float), where, 1.0)),
-        voice_variant=_get(voice, "variant", str, f"{where}.voice", None),
-        voice_pitch=int(_get(voice, "pitch", int, f"{where}.voice", 50)),
-        voice_rate=int(_get(voice, "rate", int, f"{where}.voice", 175)),
+        weight=weight, voice_variant=_get(voice, "variant", str, f"{where}.voice", None),
+        voice_pitch=pitch, voice_rate=rate,
         color=_get(look, "color", str, f"{where}.look", "#888888"), shape=shape,
     )
 

@@ -89,7 +89,8 @@ def frame_timing(engine: Engine, run: str) -> dict[str, Any]:
     if started_at is None:
         return {}
     lags = frame_lags(engine, run, started_at)
-    expected = duration * fps // 1000 if duration is not None and fps else None
+    # Frames whose show time is before the end (n * 1000 / fps < duration), as the renderer counts.
+    expected = -(-duration * fps // 1000) if duration is not None and fps else None
     return {
         "expected": expected, "rendered": len(lags),
         "publish_lag_ms": {"p50": percentile(lags, 50), "p99": percentile(lags, 99)},

@@ -37,7 +37,7 @@ class ExportResult:
 
 
 def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int | None = None) -> ExportResult:
-    from actors.render import Redrawer
+    from actors.render import Redrawer, frame_count
     from actors.sink import SinkActor
     from actors.visemes import apply_cuts
 
@@ -52,7 +52,7 @@ def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int
     by_id = {t.id: t for t in tracks}
     recorded = {r.event.n: r.event for r in rows if isinstance(r.event, FrameRendered)}
     duration_ms = info.duration_ms or max([t.end_ms for t in tracks] + [f.t_ms + 40 for f in recorded.values()] + [0])
-    total = duration_ms * start.fps // 1000
+    total = frame_count(duration_ms, start.fps)
     if total <= 0:
         raise StoreError(f"run {run!r} has nothing to export (no duration, no frames, no speech)")
     redraw = Redrawer(start, settings)

@@ -67,6 +67,21 @@ def test_bad_show_file_names_the_field(tmp_path: Path) -> None:
     assert "roles[0].id" in one_line_error(result)
 
 
+@pytest.mark.parametrize(
+    ("role", "field"),
+    [('pitch = 620', "voice.pitch"), ('rate = 5', "voice.rate")],
+)
+def test_voice_settings_out_of_range_name_the_field(role: str, field: str) -> None:
+    from actors.show import ShowError, show_from_dict
+
+    doc = {"roles": [{"id": "a", "voice": dict([role.replace(" ", "").split("=")])}]}
+    doc["roles"][0]["voice"] = {k: int(v) for k, v in doc["roles"][0]["voice"].items()}
+    with pytest.raises(ShowError, match=rf"roles\[0\]\.{field}"):
+        show_from_dict(doc)
+    with pytest.raises(ShowError, match=r"roles\[0\]\.weight"):
+        show_from_dict({"roles": [{"id": "a", "weight": 0}]})
+
+
 def test_unreachable_nats_exits_1(tmp_path: Path) -> None:
     result = troupe("--state-dir", str(tmp_path), "--nats", "nats://127.0.0.1:1", "publish", "--run", "r1", "hi")
     assert result.returncode == 1

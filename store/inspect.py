@@ -13,9 +13,10 @@ from typing import Any
 from sqlalchemy import Engine
 
 from events.base import Event
-from events.danmaku import DanmakuReceived, DanmakuRejected
+from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
 from events.error import DeadLettered
 from events.frame import FrameRendered
+from events.utterance import UtteranceDropped
 from infra.summary import quantiles
 from store.database import StoreError
 from store.queries import Row, iter_rows, run_info
@@ -77,7 +78,7 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
         role: {"cues": 0, "merged": 0, "utterances": 0, "dropped": 0, "speech_ms": 0, "correlations": []}
         for role in info.roles
     }
-    qos, errors, rejected = [], [], []
+    qos, errors, rejected, skipped, drops = [], [], [], [], []
     cue_role: dict[str, str] = {}
     for row in rows:
         e = row.event
@@ -89,14 +90,18 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
             cue_role[e.id] = e.role or ""
         elif e.type == "utterance.completed" and role is not None:
             role["utterances"] += 1
-        elif e.type == "utterance.dropped" and role is not None:
-            role["dropped"] += 1
+        elif isinstance(e, UtteranceDropped):
+            drops.append(e)
+            if role is not None:
+                role["dropped"] += 1
         elif e.type == "audio.chunk" and role is not None:
             role["speech_ms"] += getattr(e, "duration_ms", 0)
         elif e.type in DECISIONS:
             qos.append(_public(e))
         elif isinstance(e, DanmakuRejected):
             rejected.append(e)
+        elif isinstance(e, DanmakuSkipped):
+            skipped.append(e)
         elif isinstance(e, DeadLettered):
             errors.append({"t_ms": e.t_ms, "type": e.type, "actor": e.actor, "subject": e.subject,
                            "reason": e.reason, "deliveries": e.deliveries})
@@ -123,6 +128,13 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
             "examples": [{"t_ms": e.t_ms, "reason": e.reason, "detail": e.detail, "text": e.text[:60]}
                          for e in rejected[:5]],
         },
+        "skipped": {
+            "count": len(skipped), "by_reason": dict(Counter(e.reason for e in skipped).most_common()),
+            "examples": [{"t_ms": e.t_ms, "reason": e.reason, "detail": e.detail, "text": e.text[:60]}
+                         for e in skipped[:5]],
+        },
+        # A reply dropped on purpose: why (the reason without its numbers) and how often.
+        "dropped": dict(Counter(e.reason.split(":")[0].split(" (")[0] for e in drops).most_common()),
         "errors": errors,
     }
 
@@ -182,6 +194,11 @@ def format_report(doc: dict[str, Any]) -> str:
     lines += ["", f"rejected danmaku: {rej['count']}" + (
         " (" + ", ".join(f"{k} {v}" for k, v in rej["by_reason"].items()) + ")" if rej["count"] else "")]
     lines += [f"  {_ms(x['t_ms'])} {x['reason']}: {x['detail']}" for x in rej["examples"]]
+    skip = doc["skipped"]
+    lines += ["", f"skipped danmaku (valid, not answered): {skip['count']}" + (
+        " (" + ", ".join(f"{k} {v}" for k, v in skip["by_reason"].items()) + ")" if skip["count"] else "")]
+    lines += [f"  {_ms(x['t_ms'])} {x['reason']}: {x['text']}" for x in skip["examples"]]
+    lines += ["", "replies dropped: " + (", ".join(f"{k} {v}" for k, v in doc["dropped"].items()) or "0")]
     lines += ["", f"errors: {len(doc['errors'])}"]
     lines += [f"  {_ms(x['t_ms'])} {x['actor']} {x['subject']}: {x['reason']} ({x['deliveries']} deliveries)"
               for x in doc["errors"]]

@@ -115,3 +115,13 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """The contract suite runs once per supported database."""
     with fresh_database(request.param, tmp_path) as url:
         yield url
+
+
+async def end_run(js, run: str) -> None:  # type: ignore[no-untyped-def]
+    """End a test's run, so that actors of later tests in the session never join it."""
+    from events import codec
+    from events.run import RunEnded
+    from events.subjects import subject_for
+
+    end = RunEnded(id=f"{run}-end", run=run, reason="test over", duration_ms=0)
+    await js.publish(subject_for(end), codec.encode(end), headers={"Nats-Msg-Id": end.id})

@@ -65,7 +65,7 @@ async def test_a_moderator_line_takes_the_floor_of_a_running_show(settings: Sett
         await wait_for(accounted, timeout_s=30, what="an outcome for every danmaku")
         await stage.publish([RunEnded(id=f"{run}-end", run=run, t_ms=duration_ms, reason="test",
                                       duration_ms=duration_ms)])
-        assert await stage.drain(["director", "llm", "tts", "lipsync", "recorder"], timeout_s=60)
+        assert await stage.drain(["director", "llm", "tts", "lipsync", "recorder"], timeout_s=120)
         recorded = read_events(engine, run)
 
     outcomes: dict[str, list[str]] = {}

@@ -21,7 +21,7 @@ from infra.settings import load_settings, run_config
 from infra.supervisor import Stage
 from schedulers.priority import PriorityPolicy
 from store.recorder import read_events
-from tests.conftest import wait_for
+from tests.conftest import end_run, wait_for
 
 pytestmark = pytest.mark.timeout(180)
 WEIGHTS = [4.0, 3.0, 2.5, 2.0, 1.5, 1.0, 0.75, 0.5]
@@ -73,6 +73,7 @@ async def test_the_heaviest_role_answers_within_its_budget_and_every_role_is_ans
             return len({e.correlation for e in read_events(engine, run, ["audio.chunk"])})
 
         await wait_for(lambda: answered() == len(flood), timeout_s=90, what="every cue answered")
+        await end_run(stage.js, run)
     recorded = read_events(engine, run, ["cue.issued", "audio.chunk"])
     cue_at = {e.correlation: (e.role, e.at_ms) for e in recorded if e.type == "cue.issued"}
     first_audio: dict[str, int] = {}

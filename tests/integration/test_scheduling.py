@@ -16,7 +16,7 @@ from events.subjects import subject_for
 from events.utterance import UtteranceCompleted, UtteranceDropped
 from infra.metrics import Metrics
 from infra.settings import Settings
-from tests.conftest import wait_for
+from tests.conftest import end_run, wait_for
 from tests.integration.test_runtime import collect, count
 from tests.showkit import demo_run
 
@@ -69,6 +69,7 @@ async def test_batches_hold_one_role_and_the_heaviest_role_goes_first(js, settin
         await wait_for(lambda: rt._waiting() >= len(order), what="cues queued")  # noqa: SLF001
         worker.gate.set()
         await wait_for(lambda: sum(map(len, worker.batches)) == len(order), what="all served")
+    await end_run(js, run)
     first, *rest = worker.batches
     assert first == ["c"]
     assert all(len(set(b)) == 1 and len(b) <= 4 for b in worker.batches)
@@ -96,6 +97,7 @@ async def test_work_past_its_deadline_is_dropped_with_an_event(js, settings: Set
         await wait_for(lambda: time.time() * 1000 - start.started_at_ms > cues[1].deadline_ms + 60, what="deadline")
         worker.gate.set()
         await wait_for(lambda: _count_is(js, "utterance", run, 3), what="three outcomes")
+    await end_run(js, run)
     outcomes = {e.causation: e.type for e in await collect(js, "utterance", run)}
     assert outcomes == {f"{run}-0": "utterance.completed", f"{run}-1": "utterance.dropped",
                         f"{run}-2": "utterance.completed"}

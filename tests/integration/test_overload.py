@@ -80,11 +80,14 @@ async def test_a_slow_renderer_steps_the_resolution_down_and_back_up(nats_server
     assert [(c["t_ms"], c["from"], c["to"]) for c in changes] == ladder_decisions(windows), (changes, windows)
     ups = [c for c in changes if (c["from"], c["to"]) == ("480p", "720p")]
     assert all(c["t_ms"] >= SLOW_UNTIL_S * 1000 for c in ups), changes  # only once the fault is gone
-    late = summary["frame_lateness_ms"]
-    assert late["p99_before"] > late["budget"]
+    # It stepped down because the slow renderer missed the clock at 720p: the windows before the
+    # change were bad, late beyond the budget or (a loaded machine skips frames to keep up) lossy.
+    before = [w for w in windows if w.window_end_ms <= down["t_ms"]]
+    policy = LadderPolicy(budget_ms=1000 / 25)
+    assert all(policy.bad(Window(w.window_end_ms, w.lateness_p99_ms, w.loss, w.frames, w.cost_p99_ms))
+               for w in before[-policy.bad_windows:]), before
     # The picture degrades before the clock does: at 480p the slow renderer loses fewer frames and
     # draws them less late than it did at 720p (compared, since the machine's load adds to both).
-    before = [w for w in windows if w.window_end_ms <= down["t_ms"]]
     after = [w for w in windows if down["t_ms"] + 1000 < w.window_end_ms <= SLOW_UNTIL_S * 1000]
     assert lost(after) < lost(before), (before, after)
     frames = [e for e in read_events(engine, result.run, ["frame.rendered"])]

@@ -64,10 +64,15 @@ async def test_inspect_reports_roles_latencies_and_one_causal_chain(demo, capsys
     assert sum(r["cues"] for r in doc["roles"].values()) == counts["cue.issued"]
     hops = doc["latency_ms"]
     assert set(hops) == {"director", "llm", "tts", "lipsync", "render", "total"}
-    # The director's hop holds the wait for the floor (at most a comment class's limit); every
-    # hop after the cue takes well under a second (with the cores busy: p99 under 100 ms).
-    assert 0 < hops["total"]["p50"] <= hops["total"]["p99"] <= max(StagePolicy().wait_ms) + 2000
-    assert all(hops[h]["p99"] < 1000 for h in ("llm", "tts", "lipsync", "render")), hops
+    # The director's hop holds the wait for the floor (at most a comment class's limit), and a reply's
+    # speech starts within its cue's deadline (lipsync drops it otherwise): the designed bound.
+    bound = max(StagePolicy().wait_ms) + settings.cue_deadline_ms + 1000
+    assert 0 < hops["total"]["p50"] <= hops["total"]["p99"] <= bound, hops
+    # llm, tts and lipsync take well under a second (with the cores busy: p99 under 100 ms).
+    assert all(hops[h]["p99"] < 1000 for h in ("llm", "tts", "lipsync")), hops
+    # The render hop (placed speech -> the first frame showing it) holds the time a reply placed
+    # behind the one on air waits for its turn: within the stage's backlog budget.
+    assert hops["render"]["p99"] <= StagePolicy().backlog_ms + 1000, hops
     cue = next(e for e in _events(engine, result.run, "cue.issued"))
     code, out, _ = await troupe(capsys, *env_args(settings), "inspect", result.run, "--correlation", cue.correlation, "--json")
     assert code == 0

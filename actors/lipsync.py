@@ -25,6 +25,10 @@ from events.viseme import VisemeCut, VisemeMark, VisemeTrack
 from infra.settings import Settings, for_run
 
 ANTICIPATION_MS = 20
+# An interruption takes effect this long after it is decided: two frames, so that the cut reaches
+# the renderer before it draws the first frame after it (a cut in the past could not be applied to
+# frames already drawn, and re-execution, which applies every cut, would draw them differently).
+CUT_LEAD_MS = 80
 DEFAULTS = Settings()  # the run's recorded settings (run.started.config) override these
 
 
@@ -119,13 +123,14 @@ class LipsyncActor(Actor):
         threshold = for_run(DEFAULTS, ctx.run.config if ctx.run else {}).interrupt_priority
         if utt.priority < threshold:
             return []
-        now = ctx.now_ms
+        now = ctx.now_ms + CUT_LEAD_MS
         stage.on_air = [u for u in stage.on_air if u.cursor_ms is not None and u.cursor_ms > now]
         victims = [u for u in stage.on_air if u.priority < threshold]
         if stage.speaking is not None and stage.speaking.priority < threshold and stage.speaking not in victims:
             victims.append(stage.speaking)
         out: list[Event] = []
-        common: dict[str, Any] = {"run": chunk.run, "causation": chunk.id, "correlation": chunk.correlation, "t_ms": now}
+        common: dict[str, Any] = {"run": chunk.run, "causation": chunk.id, "correlation": chunk.correlation,
+                                  "t_ms": ctx.now_ms}
         for cut in victims:
             at = max(now, cut.first_ms if cut.first_ms is not None else now)
             unheard = [seq for start, seq in cut.starts if start >= at]

@@ -133,10 +133,20 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
             "examples": [{"t_ms": e.t_ms, "reason": e.reason, "detail": e.detail, "text": e.text[:60]}
                          for e in skipped[:5]],
         },
-        # A reply dropped on purpose: why (the reason without its numbers) and how often.
-        "dropped": dict(Counter(e.reason.split(":")[0].split(" (")[0] for e in drops).most_common()),
+        # A reply dropped on purpose: why (the reason without its numbers and ids) and how often.
+        "dropped": dict(Counter(_gist(e.reason) for e in drops).most_common()),
         "errors": errors,
     }
+
+
+def _gist(reason: str) -> str:
+    """A drop's reason without the numbers and ids in it: 'interrupted by', 'deadline passed', ..."""
+    words = []
+    for word in reason.split(":")[0].split():
+        if any(c.isdigit() for c in word) or word.startswith("("):
+            break
+        words.append(word)
+    return " ".join(words) or reason
 
 
 def _public(e: Event) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actors.lipsync import LipsyncActor, visemes_of
+from actors.lipsync import CUT_LEAD_MS, LipsyncActor, visemes_of
 from events.audio import AudioChunk, PhonemeMark
 from events.viseme import VisemeTrack
 from tests.showkit import ctx
@@ -103,8 +103,9 @@ def test_an_urgent_reply_takes_the_floor_and_the_speaking_one_stops_where_it_is(
     cuts = [e for e in out if isinstance(e, VisemeCut)]
     assert len(drops) == 1 and drops[0].utterance == "u1" and drops[0].from_seq == 1  # 1 was never heard
     assert "interrupted by gift" in drops[0].reason
-    assert len(cuts) == 1 and (cuts[0].utterance, cuts[0].at_ms, cuts[0].by) == ("u1", 1200, "gift")
-    assert [(t.utterance, t.start_ms) for t in tracks(out)] == [("gift", 1200)]
+    at = 1200 + CUT_LEAD_MS  # the cut reaches the renderer before the frame it applies to
+    assert len(cuts) == 1 and (cuts[0].utterance, cuts[0].at_ms, cuts[0].by) == ("u1", at, "gift")
+    assert [(t.utterance, t.start_ms) for t in tracks(out)] == [("gift", at)]
     assert tracks(lip.handle(chunk("u1", 2, last=True), ctx(1300))) == []  # the rest of u1 is gone
 
 
@@ -135,8 +136,8 @@ def test_an_urgent_reply_cuts_replies_placed_ahead_too() -> None:
     assert [t.start_ms for t in ahead] == [1400]
     out = lip.handle(urgent("mod"), ctx(1100))
     cuts = {c.utterance: c.at_ms for c in out if isinstance(c, VisemeCut)}
-    assert cuts == {"u1": 1100, "u2": 1400}  # u2 never begins
-    assert [(t.utterance, t.start_ms) for t in tracks(out)] == [("mod", 1100)]
+    assert cuts == {"u1": 1100 + CUT_LEAD_MS, "u2": 1400}  # u2 never begins
+    assert [(t.utterance, t.start_ms) for t in tracks(out)] == [("mod", 1100 + CUT_LEAD_MS)]
 
 
 def test_a_reply_that_cannot_start_by_its_deadline_is_dropped_whole() -> None:

@@ -207,8 +207,7 @@ class Director(Actor):
             return MODERATOR
         if event.kind == "gift":
             return GIFT
-        _, routed_by = self._route(state, event, 0)
-        return ADDRESSED if routed_by in ("addressed", "mention", "name") else COMMENT
+        return COMMENT if self._addressee(state, event) is None else ADDRESSED
 
     def _outcomes(self, state: _RunState, decisions: list[Decision]) -> list[Event]:
         out: list[Event] = []
@@ -226,7 +225,7 @@ class Director(Actor):
 
     def _cue(self, state: _RunState, waiting: _Waiting, d: Decision) -> list[Event]:
         event, now = waiting.event, d.at_ms
-        role, routed_by = self._route(state, event, now)
+        role, routed_by = self._route(state, event)
         spec = state.show.role(role)
         assert spec is not None
         state.cues += 1
@@ -295,7 +294,9 @@ class Director(Actor):
             return None
         return next((w for w in state.waiting.values() if _similar(key, w.key)), None)
 
-    def _route(self, state: _RunState, event: DanmakuReceived, now_ms: int) -> tuple[str, str]:
+    @staticmethod
+    def _addressee(state: _RunState, event: DanmakuReceived) -> tuple[str, str] | None:
+        """The role a comment is addressed to (``to``, an @mention, the role's name), if any."""
         show = state.show
         if event.to is not None:
             return event.to, "addressed"
@@ -307,6 +308,13 @@ class Director(Actor):
         for spec in show.roles:
             if spec.name.casefold() in event.text.casefold():
                 return spec.id, "name"
+        return None
+
+    def _route(self, state: _RunState, event: DanmakuReceived) -> tuple[str, str]:
+        show = state.show
+        addressed = self._addressee(state, event)
+        if addressed is not None:
+            return addressed
         folded = event.text.casefold()
         words = set(_WORD.findall(folded))
         scores = {r.id: sum(1 for k in r.keywords if _mentions(k.casefold(), folded, words)) for r in show.roles}

@@ -34,7 +34,7 @@ from events.base import DecodeError, Event, derive_id
 from events.error import DeadLettered
 from events.qos import QosObserved
 from events.run import RunEnded, RunStarted
-from events.subjects import is_token, run_of, stream_name, subject_for
+from events.subjects import is_token, run_of, stream_name, subject_for, type_of
 from infra.bus import ConsumerSpec, provision_consumers
 from infra.metrics import Metrics
 from infra.settings import Settings
@@ -111,12 +111,6 @@ def _message_id(msg: Msg, fallback: str) -> str:
     if isinstance(ident, str) and ident:
         return ident
     return (msg.headers or {}).get("Nats-Msg-Id") or fallback
-
-
-def _subject_type(subject: str) -> str | None:
-    """The event type a Troupe subject carries (``troupe.<run>.<family>.<name>[.<role>]``)."""
-    parts = subject.split(".")
-    return f"{parts[2]}.{parts[3]}" if len(parts) >= 4 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -472,7 +466,7 @@ class ActorRuntime:
             event = codec.decode(d.msg.data, defaults)
             if event.run != run:
                 raise DecodeError(f"run {event.run!r} does not match the subject's run {run!r}", "run")
-            if event.type != _subject_type(d.msg.subject):  # e.g. a cue.issued sent as a danmaku
+            if event.type != type_of(d.msg.subject):  # e.g. a cue.issued sent as a danmaku
                 raise DecodeError(f"wrong event type {event.type!r} for this subject", "type")
         except DecodeError as exc:
             d.error, d.permanent = f"undecodable: {exc}", True
@@ -495,7 +489,7 @@ class ActorRuntime:
 
     async def _undecodable(self, d: Delivery, spec: ConsumerSpec, error: DecodeError) -> None:
         assert d.meta is not None
-        if isinstance(self.actor, BatchActor) and _subject_type(d.msg.subject) in self.actor.producer_types:
+        if isinstance(self.actor, BatchActor) and type_of(d.msg.subject) in self.actor.producer_types:
             d.error = None  # the director, whose input it is, answers it and dead-letters it
             return
         run = run_of(d.msg.subject) or "_"

@@ -30,7 +30,7 @@ from sqlalchemy import select
 from actors.show import load_show, show_from_dict
 from bench.common import machine, pct, print_table, write_result
 from infra.settings import load_settings
-from infra.summary import danmaku_outcomes, first_speaking_frames
+from infra.summary import danmaku_outcomes, dropped_replies, first_speaking_frames
 from infra.supervisor import Stage, run_show
 from store.schema import events
 
@@ -177,8 +177,6 @@ def measure(engine: Any, run: str, lines: list[Line], duration_s: float) -> dict
     out = danmaku_outcomes(engine, run)
     valid = sum(v for v, _ in counts.values())
     answered = sum(a for _, a in counts.values())
-    dropped = len({orjson.loads(b)["payload"]["utterance"] for (b,) in engine.connect().execute(
-        select(events.c.body).where(events.c.run == run, events.c.type == "utterance.dropped"))})
 
     def lat(cls: str) -> dict[str, Any]:
         values = latency.get(cls, [])
@@ -192,7 +190,7 @@ def measure(engine: Any, run: str, lines: list[Line], duration_s: float) -> dict
         "answered_share": round(answered / valid, 3) if valid else None,
         "latency": {cls: lat(cls) for cls in ("all", "comment", "addressed", "gift", "moderator")},
         "speaking_share": round(speaking, 3), "largest_backlog_ms": backlog, "placed_after_end": after,
-        "outcomes": out, "skipped": out["skipped"], "dropped": dropped,
+        "outcomes": out, "skipped": out["skipped"], "dropped": dropped_replies(engine, run),
     }
 
 

@@ -37,6 +37,12 @@ def run_of(subject: str) -> str | None:
     return parts[1] if len(parts) >= 4 and parts[0] == PREFIX else None
 
 
+def type_of(subject: str) -> str | None:
+    """The event type a Troupe subject carries (``troupe.<run>.<family>.<name>[.<role>]``), or None."""
+    parts = subject.split(".")
+    return f"{parts[2]}.{parts[3]}" if len(parts) >= 4 and parts[0] == PREFIX else None
+
+
 def stream_name(family: str) -> str:
     """The JetStream stream holding one family."""
     return f"TROUPE_{family.upper()}"

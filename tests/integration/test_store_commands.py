@@ -130,7 +130,7 @@ async def test_verify_points_at_the_first_event_a_changed_handler_gets_wrong(dem
     ]
 
     class Contrary(Director):  # routes every comment to the first role
-        def _route(self, state, event, now_ms):  # type: ignore[no-untyped-def]
+        def _route(self, state, event):  # type: ignore[no-untyped-def]
             return state.show.roles[0].id, "contrary"
 
     v = await asyncio.to_thread(verify, engine, result.run, ("director",), settings, 2,

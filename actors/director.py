@@ -12,11 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from actors.base import Actor, Context, Input
-from actors.show import Show, show_from_dict
 from events.base import Event, derive_id
 from events.cue import CueIssued, CueMerged
 from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
 from events.run import RunStarted
+from events.show import Show, show_from_dict
 from infra.settings import Settings, for_run
 from schedulers.stage import ADDRESSED, COMMENT, GIFT, MODERATOR, Decision, StagePlan, StagePolicy
 

@@ -16,11 +16,11 @@ from typing import Any
 
 from actors.backends.llm_scripted import Persona, Prompt, ScriptedLLM
 from actors.base import Context, Input, ScheduledActor, Work
-from actors.show import Show, show_from_dict
 from events.base import Event
 from events.cue import CueIssued
 from events.qos import ThrottleChanged
 from events.role import RoleWeightsChanged
+from events.show import Show, show_from_dict
 from events.utterance import UtteranceChunk, UtteranceCompleted, UtteranceDropped
 from events.viseme import VisemeTrack
 from infra.settings import Settings

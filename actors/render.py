@@ -19,12 +19,12 @@ from actors.backends.render_torch import (
     encode_jpeg,
 )
 from actors.base import Actor, Context, Input
-from actors.show import show_from_dict
 from actors.visemes import cut_track
 from events.base import Event, derive_id
 from events.frame import FrameRendered, SpeakingMark
 from events.qos import FramesObserved, QosObserved, ResolutionChanged
 from events.run import RunEnded, RunStarted
+from events.show import show_from_dict
 from events.viseme import VisemeCut, VisemeTrack
 from infra.settings import Settings, for_run
 from schedulers.baseline import nearest_rank

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 
 from actors.backends.tts_espeak import EspeakTTS, Speech, Voice
 from actors.base import Context, Input, ScheduledActor, Work
-from actors.show import Show, show_from_dict
 from events.audio import MAX_CHUNK_MS, AudioChunk, PhonemeMark
 from events.base import Event
 from events.role import RoleWeightsChanged
+from events.show import Show, show_from_dict
 from events.utterance import UtteranceChunk, UtteranceDropped
 from infra.settings import Settings
 from schedulers.batching import tokens_of

@@ -27,11 +27,12 @@ from typing import Any
 import orjson
 from sqlalchemy import select
 
-from actors.show import load_show, show_from_dict
+from app.shows import load_show
+from app.summary import danmaku_outcomes, dropped_replies, first_speaking_frames
+from app.supervisor import Stage, run_show
 from bench.common import machine, pct, print_table, write_result
+from events.show import show_from_dict
 from infra.settings import load_settings
-from infra.summary import danmaku_outcomes, dropped_replies, first_speaking_frames
-from infra.supervisor import Stage, run_show
 from store.schema import events
 
 EN = (

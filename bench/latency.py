@@ -28,11 +28,12 @@ from typing import Any
 import orjson
 from sqlalchemy import select
 
-from actors.show import load_show, show_from_dict
+from app.shows import load_show
+from app.summary import first_speaking_frames, frame_lags
+from app.supervisor import ACTOR_NAMES, Stage, run_show
 from bench.common import machine, median, pct, print_table, write_result
+from events.show import show_from_dict
 from infra.settings import load_settings
-from infra.summary import first_speaking_frames, frame_lags
-from infra.supervisor import ACTOR_NAMES, Stage, run_show
 from store.schema import events
 
 HOPS = ("cue.issued", "utterance.chunk", "audio.chunk", "viseme.track")
@@ -82,7 +83,7 @@ async def _spawn_actor(name: str, stage: Stage, settings: Any) -> asyncio.subpro
         "TROUPE_RESOLUTION": settings.resolution,
     }
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "infra.cli", "actor", name, env=env,
+        sys.executable, "-m", "app.cli", "actor", name, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )
     assert proc.stderr is not None

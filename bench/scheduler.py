@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 
 from actors.base import Context, Input, ScheduledActor, Work
 from actors.runtime import ActorRuntime
-from actors.show import load_show
+from app.shows import load_show
 from bench.common import machine, median, pct, print_table, write_result
 from events import codec
 from events.base import Event

@@ -10,7 +10,7 @@
    alternating, on fresh databases; ratio of the medians.
 2. A 720p show of ``S`` seconds with every actor in this process: the recorder's
    lag (age of the newest event at commit, sampled every 100 ms).
-3. Playback of that run at ``--max`` (``store.playback.publish``) against raw
+3. Playback of that run at ``--max`` (``app.playback.publish``) against raw
    nats-py ``publish_async`` of the same messages, each repeat into a fresh run id.
 4. Re-execution (``troupe replay --verify``) of that run: show seconds per wall second.
 """
@@ -124,10 +124,11 @@ def _rerun(e: Event, run: str) -> Event:
 
 
 async def show_and_replay(show_s: float, repeats: int) -> dict[str, Any]:
-    from actors.show import load_show, show_from_dict
+    from app import playback, reexec
+    from app.shows import load_show
+    from app.supervisor import Stage, run_show
+    from events.show import show_from_dict
     from infra.settings import load_settings
-    from infra.supervisor import Stage, run_show
-    from store import playback, reexec
 
     doc = load_show().to_dict()
     questions = ("@host what game is next", "@rex how fast is your gpu", "@xiaolu 今天吃什么", "@host play a song")

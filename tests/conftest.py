@@ -36,9 +36,9 @@ async def js(nats_server: EmbeddedNats):  # type: ignore[no-untyped-def]
 @pytest.fixture(scope="session")
 async def demo(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
     """One recorded 20-second demo show: (settings, result, engine, messages per family on the streams)."""
-    from actors.show import load_show
+    from app.shows import load_show
+    from app.supervisor import Stage, run_show
     from events.subjects import FAMILIES, stream_name
-    from infra.supervisor import Stage, run_show
 
     tmp = tmp_path_factory.mktemp("demo")
     settings = load_settings(

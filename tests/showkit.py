@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from actors.base import Context
-from actors.show import load_show
+from app.shows import load_show
 from events.run import RunStarted
 
 

@@ -20,7 +20,7 @@ def troupe(*args: str, env: dict[str, str] | None = None) -> subprocess.Complete
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("TROUPE_")}
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "infra.cli", *args], capture_output=True, text=True, timeout=60, env=full_env,
+        [sys.executable, "-m", "app.cli", *args], capture_output=True, text=True, timeout=60, env=full_env,
     )
 
 
@@ -72,7 +72,7 @@ def test_bad_show_file_names_the_field(tmp_path: Path) -> None:
     [('pitch = 620', "voice.pitch"), ('rate = 5', "voice.rate")],
 )
 def test_voice_settings_out_of_range_name_the_field(role: str, field: str) -> None:
-    from actors.show import ShowError, show_from_dict
+    from events.show import ShowError, show_from_dict
 
     doc = {"roles": [{"id": "a", "voice": dict([role.replace(" ", "").split("=")])}]}
     doc["roles"][0]["voice"] = {k: int(v) for k, v in doc["roles"][0]["voice"].items()}

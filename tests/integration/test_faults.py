@@ -16,16 +16,17 @@ import orjson
 import pytest
 from sqlalchemy import select
 
-from actors.show import Show, load_show, show_from_dict
+from app.shows import load_show
+from app.supervisor import ACTOR_NAMES, Stage, run_show
 from events import codec
 from events.base import Event
 from events.cue import CueIssued
 from events.danmaku import DanmakuReceived, DanmakuRejected
 from events.error import DeadLettered
+from events.show import Show, show_from_dict
 from events.subjects import FAMILIES, stream_name
 from infra.natsserver import EmbeddedNats
 from infra.settings import Settings
-from infra.supervisor import ACTOR_NAMES, Stage, run_show
 from store.recorder import read_events
 from store.schema import events, runs
 from tests.conftest import wait_for
@@ -46,7 +47,7 @@ def dense_show(every_s: float, until_s: float) -> Show:
 
 async def start_actor(name: str, env: dict[str, str]) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "infra.cli", "actor", name, env=env,
+        sys.executable, "-m", "app.cli", "actor", name, env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )
     assert proc.stderr is not None

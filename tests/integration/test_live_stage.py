@@ -7,15 +7,15 @@ import time
 
 import pytest
 
-from actors.show import load_show
+from app import reexec
+from app.shows import load_show
+from app.supervisor import Stage
 from events.cue import CueIssued
 from events.danmaku import DanmakuReceived
 from events.role import RoleDeclared
 from events.run import RunEnded, RunStarted
 from events.viseme import VisemeCut, VisemeTrack
 from infra.settings import Settings, run_config
-from infra.supervisor import Stage
-from store import reexec
 from store.recorder import read_events
 from tests.conftest import wait_for
 

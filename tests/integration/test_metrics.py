@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import urllib.request
 
-from actors.show import load_show
+from app.shows import load_show
+from app.supervisor import Stage
 from events import codec
 from events.danmaku import DanmakuReceived
 from events.run import RunStarted
 from infra.settings import Settings
-from infra.supervisor import Stage
 from tests.conftest import wait_for
 
 

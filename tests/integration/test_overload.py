@@ -7,14 +7,15 @@ import asyncio
 import numpy as np
 import pytest
 
-from actors.show import load_show, show_from_dict
+from app.shows import load_show
+from app.summary import summarise
+from app.supervisor import Stage, run_show
 from events.audio import AudioChunk
 from events.qos import FramesObserved
+from events.show import show_from_dict
 from events.subjects import stream_name
 from events.viseme import VisemeTrack
 from infra.settings import load_settings
-from infra.summary import summarise
-from infra.supervisor import Stage, run_show
 from schedulers.ladder import LadderPolicy, ResolutionLadder, Window
 from store.recorder import read_events
 from tests.conftest import wait_for

@@ -13,12 +13,13 @@ from collections import defaultdict
 
 import pytest
 
-from actors.show import load_show, show_from_dict
+from app.shows import load_show
+from app.supervisor import Stage
 from events.cue import CueIssued
 from events.role import RoleDeclared
 from events.run import RunStarted
+from events.show import show_from_dict
 from infra.settings import load_settings, run_config
-from infra.supervisor import Stage
 from schedulers.priority import PriorityPolicy
 from store.recorder import read_events
 from tests.conftest import end_run, wait_for

@@ -13,13 +13,13 @@ import orjson
 import pytest
 from nats.js import JetStreamContext
 
-from actors.show import load_show
+from app.cli import main
+from app.shows import load_show
+from app.supervisor import Stage
 from events.base import derive_id
 from events.run import RunEnded, RunStarted
-from infra.cli import main
 from infra.natsserver import EmbeddedNats, announcement_path, running_server
 from infra.settings import Settings, load_settings, run_config
-from infra.supervisor import Stage
 
 pytestmark = pytest.mark.timeout(60)
 

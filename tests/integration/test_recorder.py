@@ -25,7 +25,7 @@ N = 3000
 
 async def start_recorder(env: dict[str, str]) -> asyncio.subprocess.Process:
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "infra.cli", "actor", "recorder", env=env,
+        sys.executable, "-m", "app.cli", "actor", "recorder", env=env,
         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
     )
     assert proc.stderr is not None

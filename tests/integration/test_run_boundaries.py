@@ -12,17 +12,18 @@ import pytest
 from nats.js import JetStreamContext
 from sqlalchemy import select
 
-from actors.show import Show, load_show, show_from_dict
+from app.cli import main
+from app.reexec import verify
+from app.shows import load_show
+from app.supervisor import Stage, run_show
 from events import codec
 from events.base import Event
 from events.danmaku import DanmakuReceived, DanmakuRejected
 from events.error import DeadLettered
+from events.show import Show, show_from_dict
 from events.subjects import FAMILIES, stream_name
-from infra.cli import main
 from infra.settings import Settings
-from infra.supervisor import Stage, run_show
 from store.queries import run_info
-from store.reexec import verify
 from store.schema import events
 from tests.conftest import wait_for
 

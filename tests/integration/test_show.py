@@ -8,8 +8,8 @@ import orjson
 import pytest
 from sqlalchemy import func, select
 
+from app.summary import summarise
 from events import codec
-from infra.summary import summarise
 from schedulers.stage import StagePolicy
 from store.recorder import read_events
 from store.schema import events as events_table

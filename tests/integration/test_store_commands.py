@@ -15,15 +15,15 @@ from sqlalchemy import select, update
 
 from actors.director import Director
 from actors.lipsync import LipsyncActor
+from app.cli import main
+from app.reexec import verify
+from app.summary import event_counts
 from events import codec
 from events.base import Event
 from events.cue import CueIssued
 from events.viseme import VisemeTrack
-from infra.cli import main
-from infra.summary import event_counts
 from schedulers.stage import StagePolicy
 from store.recorder import EventWriter, Recorded
-from store.reexec import verify
 from store.schema import events
 from tests.showkit import demo_run
 

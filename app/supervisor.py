@@ -20,12 +20,12 @@ from sqlalchemy import Engine
 
 from actors.base import Actor
 from actors.runtime import OBSERVE_PERIOD_S, ActorRuntime, RunDirectory
-from actors.show import Show
 from events import codec
 from events.base import Event
 from events.danmaku import DanmakuReceived
 from events.role import RoleDeclared
 from events.run import RunEnded, RunStarted
+from events.show import Show
 from events.subjects import stream_name, subject_for
 from infra.bus import connect, provision_streams
 from infra.metrics import Metrics

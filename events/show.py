@@ -5,8 +5,6 @@ from __future__ import annotations
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import resources
-from pathlib import Path
 from typing import Any
 
 from events.subjects import is_token
@@ -143,15 +141,9 @@ def show_from_dict(doc: Mapping[str, Any]) -> Show:
     )
 
 
-def load_show(path: Path | None = None) -> Show:
-    """Read a show TOML file; without a path, the built-in demo show."""
+def show_from_toml(text: str) -> Show:
+    """Parse and validate a show file's text."""
     try:
-        if path is None:
-            text = resources.files("infra").joinpath("shows/demo.toml").read_text("utf-8")
-        else:
-            text = Path(path).read_text("utf-8")
         return show_from_dict(tomllib.loads(text))
-    except OSError as exc:
-        raise ShowError(f"cannot read show file: {exc.strerror}: {path}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ShowError(f"show file is not valid TOML: {exc}") from None

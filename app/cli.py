@@ -19,18 +19,19 @@ import nats.errors
 import orjson
 from sqlalchemy import Engine
 
-from actors.show import Show, ShowError, load_show
+from app import export, inspect, playback, reexec
+from app.publish import DanmakuFileError, RunError, Sent, read_danmaku_file, send
+from app.shows import load_show
+from app.summary import summarise
+from app.supervisor import ACTOR_NAMES, Stage, SupervisorError, run_show
 from events.base import registry
 from events.danmaku import DanmakuReceived
 from events.run import RunStarted
+from events.show import Show, ShowError
 from events.subjects import FAMILIES, is_token
 from infra.bus import BusError, connect
 from infra.natsserver import NatsServerError, announcement_path, running_server
-from infra.publish import DanmakuFileError, RunError, Sent, read_danmaku_file, send
 from infra.settings import Settings, SettingsError, load_settings
-from infra.summary import summarise
-from infra.supervisor import ACTOR_NAMES, Stage, SupervisorError, run_show
-from store import export, inspect, playback, reexec
 from store.database import StoreError, default_url, open_engine
 from store.queries import list_runs
 

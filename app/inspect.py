@@ -12,12 +12,12 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from app.summary import quantiles
 from events.base import Event
 from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
 from events.error import DeadLettered
 from events.frame import FrameRendered
 from events.utterance import UtteranceDropped
-from infra.summary import quantiles
 from store.database import StoreError
 from store.queries import Row, iter_rows, run_info
 

@@ -1,0 +1,1 @@
+"""The application: the CLI, the stage supervisor, playback, re-execution, export, inspection."""

@@ -31,6 +31,7 @@ from events.qos import (
     ThrottleChanged,
 )
 from events.role import RoleWeightsChanged
+from events.show import RESOLUTIONS
 from infra.settings import Settings
 from schedulers.baseline import LatencyBaselines
 from schedulers.ladder import LadderPolicy, ResolutionLadder, Window
@@ -67,7 +68,7 @@ class QosActor(Actor):
         state = self._runs.get(ctx.run.run)
         if state is None:
             state = self._runs[ctx.run.run] = _RunQos(
-                ResolutionLadder(ctx.run.resolution, LadderPolicy(budget_ms=1000 / ctx.run.fps)),
+                ResolutionLadder(RESOLUTIONS, ctx.run.resolution, LadderPolicy(budget_ms=1000 / ctx.run.fps)),
                 LatencyBaselines(), self.throttle.max_tokens,
             )
         return state

@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.backends.render_torch import (
-    RESOLUTIONS,
     RoleLook,
     RoleState,
     StageRenderer,
@@ -24,7 +23,7 @@ from events.base import Event, derive_id
 from events.frame import FrameRendered, SpeakingMark
 from events.qos import FramesObserved, QosObserved, ResolutionChanged
 from events.run import RunEnded, RunStarted
-from events.show import show_from_dict
+from events.show import RESOLUTIONS, resolution_name, show_from_dict
 from events.viseme import VisemeCut, VisemeTrack
 from infra.settings import Settings, for_run
 from schedulers.baseline import nearest_rank
@@ -293,7 +292,7 @@ def draw_frame(
     width, height = renderer.size
     return FrameRendered(
         id=derive_id(run.id, f"frame{n}"), run=run.run, t_ms=t, n=n, width=width, height=height,
-        resolution=_resolution_name(height), speaking=tuple(marks), late_ms=late_ms,
+        resolution=resolution_name(height), speaking=tuple(marks), late_ms=late_ms,
         track=track.id if track is not None else None, jpeg=jpeg,
     )
 
@@ -337,6 +336,3 @@ def _viseme_at(track: VisemeTrack, t: int) -> str:
             return mark.viseme
     return "sil"
 
-
-def _resolution_name(height: int) -> str:
-    return {1080: "1080p", 720: "720p", 480: "480p", 360: "360p"}.get(height, f"{height}p")

@@ -34,8 +34,8 @@ from events.base import DecodeError, Event, derive_id
 from events.error import DeadLettered
 from events.qos import QosObserved
 from events.run import RunEnded, RunStarted
-from events.subjects import is_token, run_of, stream_name, subject_for, type_of
-from infra.bus import ConsumerSpec, provision_consumers
+from events.subjects import is_token, run_of, stream_name, type_of
+from infra.bus import ConsumerSpec, provision_consumers, publish_event
 from infra.metrics import Metrics
 from infra.settings import Settings
 from schedulers.baseline import nearest_rank
@@ -759,10 +759,7 @@ class ActorRuntime:
     async def _publish(self, d: Delivery | None, outputs: Sequence[Event]) -> list[asyncio.Future[Any]]:
         futures = []
         for event in outputs:
-            future = await self.js.publish_async(
-                subject_for(event), codec.encode(event, at_ms=int(self.clock() * 1000)),
-                headers={"Nats-Msg-Id": event.id},
-            )
+            future = await publish_event(self.js, event, at_ms=int(self.clock() * 1000))
             futures.append(future)
             counter = self._published.get(event.type)
             if counter is None:

@@ -19,13 +19,13 @@ from pathlib import Path
 import numpy as np
 
 from actors.backends.mp4 import Mp4Writer
-from actors.backends.render_torch import RESOLUTIONS
 from actors.base import Actor, Context, Input
 from actors.render import frame_count
 from events.audio import AudioChunk
 from events.base import Event
 from events.frame import FrameRendered
 from events.run import RunEnded, RunStarted
+from events.show import RESOLUTIONS
 from events.viseme import VisemeCut, VisemeTrack
 from infra.settings import Settings
 

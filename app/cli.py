@@ -27,7 +27,7 @@ from app.supervisor import ACTOR_NAMES, Stage, SupervisorError, run_show
 from events.base import registry
 from events.danmaku import DanmakuReceived
 from events.run import RunStarted
-from events.show import Show, ShowError
+from events.show import RESOLUTIONS, Show, ShowError
 from events.subjects import FAMILIES, is_token
 from infra.bus import BusError, connect
 from infra.natsserver import NatsServerError, announcement_path, running_server
@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--show", type=Path, help="show file (TOML); default: the built-in demo")
     up.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
     up.add_argument("--actors", help=f"comma-separated actors to run here (default: all of {','.join(ACTOR_NAMES)})")
-    up.add_argument("--resolution", choices=("1080p", "720p", "480p", "360p"))
+    up.add_argument("--resolution", choices=tuple(RESOLUTIONS))
     up.add_argument("--run", help="run id (default: a new one)")
     up.add_argument("--slow-render-ms", type=float, help="fault injection: each frame costs this many ms more")
 

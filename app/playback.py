@@ -27,6 +27,7 @@ from events.frame import FrameRendered
 from events.run import RunStarted
 from events.subjects import is_token, subject_for
 from events.viseme import VisemeCut, VisemeTrack
+from infra.bus import publish_raw
 from store.database import StoreError
 from store.queries import Row, iter_rows, run_info, run_started
 
@@ -144,7 +145,7 @@ async def publish(
                 await asyncio.gather(*pending)
                 pending.clear()
                 await asyncio.sleep(delay)
-        pending.append(await js.publish_async(m.subject, m.data, headers={"Nats-Msg-Id": m.msg_id}))
+        pending.append(await publish_raw(js, m.subject, m.data, m.msg_id))
         if len(pending) >= WINDOW:
             await asyncio.gather(*pending)
             pending.clear()

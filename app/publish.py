@@ -19,7 +19,8 @@ from events import codec
 from events.base import DecodeError, Event
 from events.cue import CueIssued, CueMerged
 from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
-from events.subjects import family_filter, stream_name, subject_for
+from events.subjects import family_filter, stream_name
+from infra.bus import publish_event
 
 _ANSWERS = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped)
 
@@ -174,7 +175,7 @@ async def send(
     try:
         await nc.flush()  # subscribed on the server before the first danmaku: no answer slips by
         for event in batch:
-            ack = await js.publish(subject_for(event), codec.encode(event), headers={"Nats-Msg-Id": event.id})
+            ack = await (await publish_event(js, event))
             sent.append(Sent(event.id, duplicate=bool(ack.duplicate)))
             if on_sent is not None:
                 on_sent(sent[-1])

@@ -9,8 +9,8 @@ import orjson
 from sqlalchemy import Engine, func, select
 
 from events import codec
+from events.show import RESOLUTIONS
 from schedulers.baseline import nearest_rank
-from schedulers.ladder import LADDER
 from store.schema import events
 
 
@@ -116,7 +116,7 @@ def frame_lateness(engine: Engine, run: str, changes: list[dict[str, Any]], budg
     with engine.connect() as conn:
         frames = [(t, orjson.loads(codec.split(body)[0])["payload"].get("late_ms", 0.0)) for t, body in conn.execute(query)]
     out: dict[str, Any] = {"budget": budget_ms, "p99": percentile([late for _, late in frames], 99)}
-    down = next((c for c in changes if LADDER.index(c["to"]) > LADDER.index(c["from"])), None)
+    down = next((c for c in changes if _rung(c["to"]) > _rung(c["from"])), None)
     if down is not None:
         out["first_downgrade_ms"] = down["t_ms"]
         out["p99_before"] = percentile([late for t, late in frames if t <= down["t_ms"]], 99)
@@ -187,3 +187,8 @@ def summarise(engine: Engine, run: str, mp4: str | None, fps: int = 25) -> dict[
         "skipped": counts.get("danmaku.skipped", 0),
         "dead_lettered": counts.get("error.dead_lettered", 0),
     }
+
+
+def _rung(resolution: str) -> int:
+    """How far down the ladder a resolution is (0: the largest)."""
+    return list(RESOLUTIONS).index(resolution)

@@ -20,14 +20,13 @@ from sqlalchemy import Engine
 
 from actors.base import Actor
 from actors.runtime import OBSERVE_PERIOD_S, ActorRuntime, RunDirectory
-from events import codec
 from events.base import Event
 from events.danmaku import DanmakuReceived
 from events.role import RoleDeclared
 from events.run import RunEnded, RunStarted
 from events.show import Show
-from events.subjects import stream_name, subject_for
-from infra.bus import connect, provision_streams
+from events.subjects import stream_name
+from infra.bus import connect, provision_streams, publish_events
 from infra.metrics import Metrics
 from infra.natsserver import EmbeddedNats, announcement_path
 from infra.settings import Settings, run_config
@@ -156,12 +155,7 @@ class Stage:
 
     async def publish(self, events: Sequence[Event]) -> None:
         """Publish events and wait until JetStream stored them all."""
-        now = int(time.time() * 1000)
-        futures = [
-            await self.js.publish_async(subject_for(e), codec.encode(e, at_ms=now), headers={"Nats-Msg-Id": e.id})
-            for e in events
-        ]
-        await asyncio.gather(*futures)
+        await publish_events(self.js, events, at_ms=int(time.time() * 1000))
 
     async def drain(self, names: Sequence[str], timeout_s: float = 60.0) -> bool:
         """Wait until these actor kinds have handled everything published so far."""
@@ -223,14 +217,7 @@ async def run_show(
     log.info("run %s started: %d roles, actors %s", run_id, len(show.roles), ", ".join(names))
     if on_started is not None:
         on_started(started)
-    await stage.publish([
-        RoleDeclared(
-            id=f"{run_id}-role-{r.id}", run=run_id, role=r.id, name=r.name, persona=r.persona,
-            language=r.language, keywords=r.keywords, weight=r.weight, voice_variant=r.voice_variant,
-            voice_pitch=r.voice_pitch, voice_rate=r.voice_rate, color=r.color, shape=r.shape,
-        )
-        for r in show.roles
-    ])
+    await stage.publish([RoleDeclared.of(run_id, r) for r in show.roles])
     start_s = started.started_at_ms / 1000
     for i, line in enumerate(show.script):
         if line.at_s >= duration_s:

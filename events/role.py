@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from events.base import Event, registry
+from events.show import RoleSpec
 
 
 @registry.register
@@ -24,6 +26,16 @@ class RoleDeclared(Event):
     color: str = "#888888"
     shape: str = "round"
 
+    @classmethod
+    def of(cls, run: str, spec: RoleSpec) -> RoleDeclared:
+        """The declaration of a show's role (the show's ``RoleSpec`` is the one definition)."""
+        fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec) if f.name != "id"}
+        return cls(id=f"{run}-role-{spec.id}", run=run, role=spec.id, **fields)
+
+    def spec(self) -> RoleSpec:
+        """The role as the show declares it."""
+        return RoleSpec(id=self.role or "", **{name: getattr(self, name) for name in _ROLE_FIELDS})
+
 
 @registry.register
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -33,3 +45,9 @@ class RoleWeightsChanged(Event):
     type = "role.weights_changed"
     weights: dict[str, float]
     reason: str
+
+
+_ROLE_FIELDS = tuple(f.name for f in dataclasses.fields(RoleSpec) if f.name != "id")
+# A role field added to the show schema must reach its declaration (and the other way round).
+_DECLARED = {f.name for f in dataclasses.fields(RoleDeclared)} - {f.name for f in dataclasses.fields(Event)}
+assert set(_ROLE_FIELDS) == _DECLARED, f"RoleSpec and RoleDeclared disagree: {set(_ROLE_FIELDS) ^ _DECLARED}"

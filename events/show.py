@@ -9,6 +9,17 @@ from typing import Any
 
 from events.subjects import is_token
 
+# The stage's resolutions, largest first: (width, height) by name.  The one table: settings,
+# the renderer, the sink and the QoS ladder all read it.
+RESOLUTIONS: dict[str, tuple[int, int]] = {
+    "1080p": (1920, 1080), "720p": (1280, 720), "480p": (854, 480), "360p": (640, 360),
+}
+
+
+def resolution_name(height: int) -> str:
+    """The name of a resolution by its height (``480p`` for 480)."""
+    return next((name for name, (_, h) in RESOLUTIONS.items() if h == height), f"{height}p")
+
 
 class ShowError(ValueError):
     """A show file is invalid; the message names the field."""

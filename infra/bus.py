@@ -6,15 +6,18 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlparse
 
 import nats
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
-from events.subjects import StreamSpec, family_filter, stream_name, stream_specs
+from events import codec
+from events.base import Event
+from events.subjects import StreamSpec, family_filter, stream_name, stream_specs, subject_for
 
 log = logging.getLogger(__name__)
 
@@ -120,3 +123,24 @@ async def provision_consumers(js: JetStreamContext, specs: Sequence[ConsumerSpec
             await js.add_consumer(spec.stream, wanted)  # same durable name: an update
             changed.append(spec.durable)
     return changed
+
+
+# Every publish carries a deterministic id as Nats-Msg-Id: JetStream drops a duplicate
+# (a redelivered input's outputs, a producer's retry) within the stream's window.
+MSG_ID = "Nats-Msg-Id"
+
+
+async def publish_raw(js: JetStreamContext, subject: str, data: bytes, msg_id: str) -> asyncio.Future[Any]:
+    """Publish an encoded message with its dedupe id; returns the future of its ack."""
+    return await js.publish_async(subject, data, headers={MSG_ID: msg_id})
+
+
+async def publish_event(js: JetStreamContext, event: Event, at_ms: int | None = None) -> asyncio.Future[Any]:
+    """Publish an event on its subject with its id as dedupe id; returns the future of its ack."""
+    return await publish_raw(js, subject_for(event), codec.encode(event, at_ms=at_ms), event.id)
+
+
+async def publish_events(js: JetStreamContext, events: Sequence[Event], at_ms: int | None = None) -> list[PubAck]:
+    """Publish events and wait until JetStream stored them all (raises on the first failure)."""
+    futures = [await publish_event(js, e, at_ms) for e in events]
+    return list(await asyncio.gather(*futures))

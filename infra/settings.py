@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from events.show import RESOLUTIONS
+
 
 class SettingsError(ValueError):
     """A setting has an invalid value."""
@@ -23,6 +25,7 @@ class Settings:
     state_dir: Path = Path(".troupe")    # embedded NATS data, SQLite store
     out_dir: Path = Path("out")
     metrics_port: int = 0                # 0: a free port; -1: no metrics endpoint
+    metrics_host: str = "127.0.0.1"      # 0.0.0.0: scrapable from other hosts (containers)
     resolution: str = "720p"
     fps: int = 25
     seed: int = 7
@@ -44,6 +47,8 @@ class Settings:
     slow_render_ms: float = 0.0
     render_delay_ms: int = 5
     join_window_s: float = 30.0
+    run_grace_s: float = 30.0            # a worker keeps an ended run's state this long, then releases it
+    run_idle_s: float = 3600.0           # ... and a run's that never ended once idle this long
     store_frames: str = "digest"         # "full" JPEGs, or "digest" (hash and size) only
     scheduler: str = "troupe"            # llm/tts queue order: "troupe" (role priority) or "fifo"
     interrupt_priority: float = 4.0      # a cue at least this urgent takes the floor
@@ -87,7 +92,6 @@ def _kind(annotation: object) -> type:
 _KINDS: dict[str, type] = {
     name: _kind(hint) for name, hint in typing.get_type_hints(Settings).items() if name != "extra"
 }
-RESOLUTIONS = ("1080p", "720p", "480p", "360p")
 # Settings that shape what the deterministic actors emit: recorded in run.started, followed by
 # every process that handles the run and by re-execution.
 RUN_SETTINGS = (

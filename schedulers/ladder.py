@@ -12,10 +12,8 @@ time would only come back down); never two changes within ``min_gap_ms``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-
-LADDER = ("1080p", "720p", "480p", "360p")
-PIXELS = {"1080p": 1920 * 1080, "720p": 1280 * 720, "480p": 854 * 480, "360p": 640 * 360}
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,18 +46,23 @@ class LadderPolicy:
     min_gap_ms: int = 10000
     headroom: float = 0.8
 
-    def fits(self, w: Window, current: str, bigger: str) -> bool:
-        """Whether frames as costly as this window's, scaled to ``bigger``, fit the budget."""
-        return w.cost_p99_ms * PIXELS[bigger] / PIXELS[current] <= self.headroom * self.budget_ms
+    def fits(self, w: Window, scale: float) -> bool:
+        """Whether frames as costly as this window's, scaled by ``scale`` (the bigger picture's
+        pixels over the current one's), fit the budget."""
+        return w.cost_p99_ms * scale <= self.headroom * self.budget_ms
 
     def bad(self, w: Window) -> bool:
         return w.lateness_p99_ms > self.budget_ms or w.loss > self.loss
 
 
 class ResolutionLadder:
-    def __init__(self, top: str, policy: LadderPolicy | None = None) -> None:
-        if top not in LADDER:
+    """The rungs are the resolutions by name with their (width, height), largest first."""
+
+    def __init__(self, rungs: Mapping[str, tuple[int, int]], top: str, policy: LadderPolicy | None = None) -> None:
+        if top not in rungs:
             raise ValueError(f"unknown resolution {top!r}")
+        self.rungs = tuple(rungs)
+        self.pixels = {name: w * h for name, (w, h) in rungs.items()}
         self.policy = policy or LadderPolicy()
         self.top = top
         self.current = top
@@ -74,9 +77,9 @@ class ResolutionLadder:
         if p.bad(w):
             self.bad_run += 1
             self.good_since = None
-            i = LADDER.index(self.current)
-            if self.bad_run >= p.bad_windows and gap_ok and i + 1 < len(LADDER):
-                return self._change(w, LADDER[i + 1], (
+            i = self.rungs.index(self.current)
+            if self.bad_run >= p.bad_windows and gap_ok and i + 1 < len(self.rungs):
+                return self._change(w, self.rungs[i + 1], (
                     f"{self.bad_run} bad windows in a row: lateness p99 {w.lateness_p99_ms:.0f} ms "
                     f"(budget {p.budget_ms:.0f}), loss {w.loss:.1%} (limit {p.loss:.0%})"
                 ))
@@ -84,13 +87,14 @@ class ResolutionLadder:
         self.bad_run = 0
         if self.good_since is None:
             self.good_since = w.end_ms
-        i = LADDER.index(self.current)
+        i = self.rungs.index(self.current)
         stable = w.end_ms - self.good_since >= p.stable_ms
-        if stable and gap_ok and self.current != self.top and p.fits(w, self.current, LADDER[i - 1]):
-            return self._change(w, LADDER[i - 1], (
+        scale = self.pixels[self.rungs[i - 1]] / self.pixels[self.current] if i > 0 else 1.0
+        if stable and gap_ok and self.current != self.top and p.fits(w, scale):
+            return self._change(w, self.rungs[i - 1], (
                 f"stable for {(w.end_ms - self.good_since) / 1000:.0f} s: lateness p99 "
                 f"{w.lateness_p99_ms:.0f} ms, loss {w.loss:.1%}, frame cost {w.cost_p99_ms:.0f} ms "
-                f"(~{w.cost_p99_ms * PIXELS[LADDER[i - 1]] / PIXELS[self.current]:.0f} ms at {LADDER[i - 1]})"
+                f"(~{w.cost_p99_ms * scale:.0f} ms at {self.rungs[i - 1]})"
             ))
         return None
 

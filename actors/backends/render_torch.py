@@ -33,8 +33,8 @@ from actors.backends.stage_art import (
     mix,
     parse_rgb,
 )
+from events.show import RESOLUTIONS
 
-RESOLUTIONS = {"1080p": (1920, 1080), "720p": (1280, 720), "480p": (854, 480), "360p": (640, 360)}
 SHAPES = tuple(SILHOUETTES)
 _SS = 2  # supersampling factor; reduce(2) is a box filter, so crops at even coords stay exact
 _SUB_CACHE = 64

@@ -38,9 +38,7 @@ async def test_a_moderator_line_takes_the_floor_of_a_running_show(settings: Sett
                            started_at_ms=int(time.time() * 1000), config=run_config(settings),
                            duration_ms=duration_ms)
         await stage.publish([start])
-        await stage.publish([RoleDeclared(id=f"{run}-role-{r.id}", run=run, role=r.id, name=r.name,
-                                          persona=r.persona, language=r.language, weight=r.weight)
-                             for r in show.roles])
+        await stage.publish([RoleDeclared.of(run, r) for r in show.roles])
         engine = stage.engine
         # A chat faster than the stage: six comments at once (one is answered, the rest wait).
         await stage.publish([DanmakuReceived(id=f"{run}-c{i}", run=run, user=u, text=t)

@@ -12,7 +12,7 @@ from app.summary import summarise
 from app.supervisor import Stage, run_show
 from events.audio import AudioChunk
 from events.qos import FramesObserved
-from events.show import show_from_dict
+from events.show import RESOLUTIONS, show_from_dict
 from events.subjects import stream_name
 from events.viseme import VisemeTrack
 from infra.settings import load_settings
@@ -109,7 +109,7 @@ async def test_a_slow_renderer_steps_the_resolution_down_and_back_up(nats_server
 
 def ladder_decisions(windows: list[FramesObserved]) -> list[tuple[int, str, str]]:
     """The changes the resolution ladder makes on these windows (as the QoS actor runs it)."""
-    ladder = ResolutionLadder("720p", LadderPolicy(budget_ms=1000 / 25))
+    ladder = ResolutionLadder(RESOLUTIONS, "720p", LadderPolicy(budget_ms=1000 / 25))
     changes = [ladder.observe(Window(w.window_end_ms, w.lateness_p99_ms, w.loss, w.frames, w.cost_p99_ms))
                for w in windows]
     return [(c.at_ms, c.before, c.after) for c in changes if c is not None]

@@ -57,8 +57,7 @@ async def test_the_heaviest_role_answers_within_its_budget_and_every_role_is_ans
         start = RunStarted(id=f"{run}-start", run=run, show=show.to_dict(), seed=3, started_at_ms=int(time.time() * 1000),
                            config=run_config(settings))
         await stage.publish([start])
-        await stage.publish([RoleDeclared(id=f"{run}-role-{r.id}", run=run, role=r.id, name=r.name, persona=r.persona,
-                                          language=r.language, weight=r.weight) for r in show.roles])
+        await stage.publish([RoleDeclared.of(run, r) for r in show.roles])
         # The flood: the lightest roles' comments first, all at once.
         flood = [
             CueIssued(id=f"{run}-c{k}-{i}", run=run, role=f"r{i}", correlation=f"{run}-c{k}-{i}", user=f"v{k}",

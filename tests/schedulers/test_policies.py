@@ -5,9 +5,10 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from events.show import RESOLUTIONS
 from schedulers.baseline import LatencyBaselines
 from schedulers.batching import Job, RoleScheduler
-from schedulers.ladder import LADDER, LadderPolicy, ResolutionLadder, Window
+from schedulers.ladder import LadderPolicy, ResolutionLadder, Window
 from schedulers.priority import PriorityPolicy
 from schedulers.throttle import ThrottlePolicy, releasable
 
@@ -17,6 +18,8 @@ arrivals = st.lists(
     st.tuples(st.integers(0, 20000), st.sampled_from(ROLES), st.integers(1, 80), st.floats(0.01, 10.0)),
     min_size=1, max_size=120,
 )
+
+LADDER = tuple(RESOLUTIONS)
 
 
 def simulate(jobs: list[tuple[int, str, int, float]], policy: PriorityPolicy, service_ms: int,
@@ -93,7 +96,7 @@ windows = st.lists(st.tuples(st.floats(0, 200), st.floats(0, 0.2)), min_size=1, 
 @given(windows, st.sampled_from(LADDER[:2]))
 def test_the_ladder_never_flaps_and_moves_one_step_at_a_time(seq, top) -> None:  # type: ignore[no-untyped-def]
     policy = LadderPolicy()
-    ladder = ResolutionLadder(top, policy)
+    ladder = ResolutionLadder(RESOLUTIONS, top, policy)
     changes = []
     bad_run = 0
     for i, (late, loss) in enumerate(seq):
@@ -113,7 +116,7 @@ def test_the_ladder_never_flaps_and_moves_one_step_at_a_time(seq, top) -> None: 
 @given(st.integers(0, 30))
 def test_sustained_lateness_steps_down_within_the_bad_windows(good_first) -> None:  # type: ignore[no-untyped-def]
     policy = LadderPolicy()
-    ladder = ResolutionLadder("720p", policy)
+    ladder = ResolutionLadder(RESOLUTIONS, "720p", policy)
     t = 0
     for _ in range(good_first):
         t += 1000
@@ -173,7 +176,7 @@ def test_expired_jobs_leave_the_queue() -> None:
 @given(st.floats(0, 60))
 def test_the_ladder_goes_up_only_when_the_bigger_picture_would_fit(cost) -> None:  # type: ignore[no-untyped-def]
     policy = LadderPolicy()
-    ladder = ResolutionLadder("720p", policy)
+    ladder = ResolutionLadder(RESOLUTIONS, "720p", policy)
     t = 0
     for _ in range(policy.bad_windows):
         t += 1000

@@ -1,13 +1,35 @@
-"""What an actor is: declared inputs and a pure handler; the runtime does all I/O."""
+"""What an actor is: the events it consumes and emits, and pure handlers; the runtime does all I/O.
+
+An actor is one of four kinds, each a class here, and the runtime runs each kind
+its own way:
+
+- ``Actor``: each input is handled on its own (``handle``);
+- ``ClockedActor``: also called at show times it asks for (``tick``): the director,
+  render, sink;
+- ``ScheduledActor``: inputs wait in a role-aware scheduler and are handled in
+  batches of one role (``handle_batch``): llm, tts;
+- ``BatchActor``: takes each fetched batch whole (``consume_batch``): the recorder.
+
+A handler returns any iterable of events; a generator streams them: the runtime
+publishes each as soon as it is yielded and acks the input after the last is stored.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
 from events.base import Event
+from events.errors import HandlerError
 from events.run import RunStarted
+from events.subjects import PREFIX
+
+__all__ = [
+    "Actor", "Arrival", "BatchActor", "ClockedActor", "Context", "Handled", "HandlerError", "Input",
+    "ScheduledActor", "Work", "inputs_for",
+]
+Handled = Iterable[Event]  # what a handler returns: a list, or a generator that streams
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,15 +59,27 @@ class Context:
         return self.now_ms <= window_s * 1000
 
 
+def inputs_for(consumes: Iterable[type[Event]]) -> tuple[Input, ...]:
+    """The consumers for these event types: one per family, filtered to the types (with or
+    without a role token after the type)."""
+    families: dict[str, list[str]] = {}
+    for cls in consumes:
+        family = cls.type.split(".", 1)[0]
+        families.setdefault(family, []).extend((f"{PREFIX}.*.{cls.type}", f"{PREFIX}.*.{cls.type}.>"))
+    return tuple(Input(family, tuple(filters)) for family, filters in families.items())
+
+
 class Actor:
-    """Base class of actors: override ``handle`` (and ``tick`` for clocked actors)."""
+    """Base class of actors: declare ``consumes`` and ``emits``, override ``handle``."""
 
     name: ClassVar[str] = ""
+    # The event types the actor takes in and the ones it may publish: its consumers' subject
+    # filters are derived from ``consumes`` (``inputs``), and both say what it may touch.
+    consumes: ClassVar[tuple[type[Event], ...]] = ()
+    emits: ClassVar[tuple[type[Event], ...]] = ()
     inputs: ClassVar[tuple[Input, ...]] = ()
     # Run handlers in a worker thread (CPU-heavy work that releases the GIL).
     blocking: ClassVar[bool] = False
-    # Run ticks in a worker thread (handlers may still run on the event loop).
-    blocking_tick: ClassVar[bool] = False
     # Deliver events of runs without a run.started event (ctx.run is None) instead of failing.
     accepts_unknown_runs: ClassVar[bool] = False
     # Handle the events of a playback (a run re-published from the store, ``replay_of`` set).
@@ -54,7 +88,12 @@ class Actor:
     # Publish per-run observations (hop latency, handler time, queues) for the QoS actor.
     observed: ClassVar[bool] = True
 
-    def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        if "consumes" in cls.__dict__ and "inputs" not in cls.__dict__:
+            cls.inputs = inputs_for(cls.consumes)
+
+    def handle(self, event: Event, ctx: Context) -> Handled:
         """Turn one input event into output events (no I/O, no wall clock)."""
         raise NotImplementedError
 
@@ -65,6 +104,20 @@ class Actor:
         """
         return ()
 
+    def release(self, run: str) -> None:
+        """Forget a run: it ended (a grace period ago) or has been idle too long.  An actor that
+        keeps state per run drops it here, so a long-lived worker does not grow with every run."""
+
+    def close(self) -> None:
+        """Release resources (files, models) at shutdown."""
+
+
+class ClockedActor(Actor):
+    """An actor that is also called at show times it asks for (frames, deadlines, the floor)."""
+
+    # Run ticks in a worker thread (handlers may still run on the event loop).
+    blocking_tick: ClassVar[bool] = False
+
     def next_tick(self, run: str) -> int | None:
         """Show time (ms) at which ``tick`` is next due for a run, or None."""
         return None
@@ -73,16 +126,9 @@ class Actor:
         """Runs this actor is clocking."""
         return ()
 
-    def tick(self, ctx: Context) -> Sequence[Event]:
+    def tick(self, ctx: Context) -> Handled:
         """Events due at ``ctx.now_ms`` of ``ctx.run``."""
         return ()
-
-    def close(self) -> None:
-        """Release resources (files, models) at shutdown."""
-
-
-class HandlerError(Exception):
-    """A handler failed permanently on an input: dead-letter it at once, no retry."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +158,40 @@ class ScheduledActor(Actor):
     def work(self, event: Event, ctx: Context) -> Work | None:
         raise NotImplementedError
 
-    def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Sequence[Event]]:
-        """The outputs of each input of a batch (one role, one run), in order."""
+    def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Handled]:
+        """The outputs of each input of a batch (one role, one run), in order.  An actor whose
+        backend takes a batch in one call overrides this; by default each input on its own."""
         return [self.handle(e, ctx) for e in events]
 
     def expired(self, event: Event, ctx: Context) -> Sequence[Event]:
         """Events saying that ``event`` was dropped because its deadline passed."""
         return ()
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One decoded message of a batch handed whole to a ``BatchActor``."""
+
+    event: Event
+    raw: bytes
+    subject: str
+    headers: dict[str, str] | None
+    stream: str
+    consumer: str
+    stream_seq: int
+    # The run (None: unknown) and, for a producer event, whether it came after the run ended.
+    ctx: Context
+
+
+class BatchActor(Actor):
+    """An actor that takes each fetched batch whole, in one call (the recorder)."""
+
+    # Event types that producers outside Troupe publish (the danmaku).  The actor whose input
+    # they are (the director) validates them and dead-letters the undecodable ones; a batch
+    # actor leaves those to it (one dead letter per bad message) and gets, for each producer
+    # event, whether its run existed and had not ended when it was published.
+    producer_types: ClassVar[frozenset[str]] = frozenset()
+
+    def consume_batch(self, items: Sequence[Arrival]) -> None:
+        """Take one fetched batch; the runtime acks it after this returns."""
+        raise NotImplementedError

@@ -11,7 +11,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from actors.base import Actor, Context, Input
+from actors.base import ClockedActor, Context
 from events.base import Event, derive_id
 from events.cue import CueIssued, CueMerged
 from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
@@ -112,11 +112,12 @@ class _RunState:
     waiting: dict[str, _Waiting] = field(default_factory=dict)  # danmaku id -> it and its duplicates
 
 
-class Director(Actor):
+class Director(ClockedActor):
     """Turns danmaku into cues: which role answers what."""
 
     name = "director"
-    inputs = (Input("danmaku", ("troupe.*.danmaku.received", "troupe.*.danmaku.received.>")),)
+    consumes = (DanmakuReceived,)
+    emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped)
     accepts_unknown_runs = True
 
     def __init__(self, settings: Settings) -> None:
@@ -165,6 +166,9 @@ class Director(Actor):
             id=derive_id(key, "rejected"), run=ctx.run.run, causation=key, correlation=key,
             t_ms=ctx.now_ms, reason=code, detail=detail, text=sample,
         )]
+
+    def release(self, run: str) -> None:
+        self._runs.pop(run, None)
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
         if not isinstance(event, DanmakuReceived):

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.base import Actor, Context, Input
+from actors.base import Actor, Context
 from actors.visemes import viseme_for
 from events.audio import AudioChunk
 from events.base import Event
@@ -88,11 +88,15 @@ class LipsyncActor(Actor):
     """Audio chunks in, viseme tracks on the show timeline out."""
 
     name = "lipsync"
-    inputs = (Input("audio"), Input("utterance", ("troupe.*.utterance.dropped.>",)))
+    consumes = (AudioChunk, UtteranceDropped)
+    emits = (VisemeTrack, VisemeCut, UtteranceDropped)
 
     def __init__(self, lead_ms: int = 0) -> None:
         self.lead_ms = lead_ms
         self._stages: dict[str, _Stage] = {}
+
+    def release(self, run: str) -> None:
+        self._stages.pop(run, None)
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
         if isinstance(event, UtteranceDropped):

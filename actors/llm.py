@@ -1,26 +1,30 @@
 """LLM actor: writes each cue's reply in the role's persona, streamed in sentence chunks.
 
-Cues wait in the role-priority scheduler.  The reply's sentences are released to
-TTS through the throttle: the first at once, each next one while the text
-released and not yet spoken (placed by lipsync) stays within the window the QoS
-actor sets (4-16 tokens, shrinking as the TTS buffer fills).
+Cues wait in the role-priority scheduler; a batch of one role's cues goes to the reply
+writer (``actors.backends``, chosen by ``TROUPE_LLM_BACKEND``) in one call.  A reply's
+sentences are released to TTS through the throttle as the writer streams them: the first
+at once, each next one while the text released and not yet spoken (placed by lipsync)
+stays within the window the QoS actor sets (4-16 tokens, shrinking as the TTS buffer
+fills).  A sentence goes out once the writer has yielded the next one (or ended), because its
+chunk says whether it is the reply's last.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.backends.llm_scripted import Persona, Prompt, ScriptedLLM
-from actors.base import Context, Input, ScheduledActor, Work
+from actors.backends.protocols import Persona, Prompt, ReplyWriter
+from actors.backends.registry import BACKENDS, Backends
+from actors.base import Context, Handled, ScheduledActor, Work
 from events.base import Event
 from events.cue import CueIssued
 from events.qos import ThrottleChanged
 from events.role import RoleWeightsChanged
-from events.show import Show, show_from_dict
+from events.show import RoleSpec, Show, show_from_dict
 from events.utterance import UtteranceChunk, UtteranceCompleted, UtteranceDropped
 from events.viseme import VisemeTrack
 from infra.settings import Settings
@@ -30,29 +34,39 @@ from schedulers.throttle import ThrottlePolicy, releasable
 
 @dataclass(slots=True)
 class _Held:
-    """A reply written and not all released: the LLM->TTS throttle holds the rest."""
+    """A reply being written or not all released: the LLM->TTS throttle holds the rest."""
 
-    pieces: deque[UtteranceChunk]
-    completed: UtteranceCompleted
-    tokens: dict[int, int]
+    pieces: deque[UtteranceChunk] = field(default_factory=deque)
+    completed: UtteranceCompleted | None = None  # set once the writer has ended
+    tokens: dict[int, int] = field(default_factory=dict)
     released: int = 0
     spoken: int = 0
     spoken_chunks: set[int] = field(default_factory=set)
+
+
+@dataclass(frozen=True, slots=True)
+class _Cue:
+    """A cue that gets a reply: its role, what the writer is asked, and the sentences room."""
+
+    event: CueIssued
+    role: RoleSpec
+    persona: Persona
+    prompt: Prompt
+    limit: int
 
 
 class LLMActor(ScheduledActor):
     """Cue in, utterance chunks out; cues wait in the role-priority scheduler."""
 
     name = "llm"
-    inputs = (
-        Input("cue", ("troupe.*.cue.issued.>",)), Input("role", ("troupe.*.role.weights_changed",)),
-        Input("qos", ("troupe.*.qos.throttle_changed",)), Input("viseme", ("troupe.*.viseme.track.>",)),
-        Input("utterance", ("troupe.*.utterance.dropped.>",)),
-    )
+    consumes = (CueIssued, RoleWeightsChanged, ThrottleChanged, VisemeTrack, UtteranceDropped)
+    emits = (UtteranceChunk, UtteranceCompleted, UtteranceDropped)
 
-    def __init__(self, settings: Settings) -> None:
+    blocking = True  # the writer runs off the event loop; the actor's state lives on its worker thread
+
+    def __init__(self, settings: Settings, writer: ReplyWriter | None = None, backends: Backends = BACKENDS) -> None:
         self.settings = settings
-        self._backends: dict[str, ScriptedLLM] = {}
+        self.writer = writer if writer is not None else backends.reply_writer(settings.llm_backend)
         self._shows: dict[str, Show] = {}
         self.factors: dict[str, dict[str, float]] = {}  # run -> role -> QoS weight factor
         self.throttle = ThrottlePolicy()
@@ -74,15 +88,18 @@ class LLMActor(ScheduledActor):
             reason=f"deadline passed {ctx.now_ms - event.deadline_ms} ms ago while the cue waited",
         )]
 
-    def _for_run(self, ctx: Context) -> tuple[ScriptedLLM, Show]:
-        assert ctx.run is not None
-        run = ctx.run.run
-        if run not in self._backends:
-            self._backends[run] = ScriptedLLM(seed=ctx.run.seed)
-            self._shows[run] = show_from_dict(ctx.run.show)
-        return self._backends[run], self._shows[run]
+    def release(self, run: str) -> None:
+        for per_run in (self._shows, self.factors, self.windows, self._held):
+            per_run.pop(run, None)
 
-    def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
+    def _show(self, ctx: Context) -> Show:
+        assert ctx.run is not None
+        show = self._shows.get(ctx.run.run)
+        if show is None:
+            show = self._shows[ctx.run.run] = show_from_dict(ctx.run.show)
+        return show
+
+    def handle(self, event: Event, ctx: Context) -> Handled:
         if isinstance(event, RoleWeightsChanged):
             self.factors[event.run] = dict(event.weights)
             return ()
@@ -90,41 +107,90 @@ class LLMActor(ScheduledActor):
             return self._progress(event, ctx)
         if not isinstance(event, CueIssued):
             return ()
-        common: dict[str, Any] = {
-            "run": event.run, "role": event.role, "causation": event.id, "correlation": event.correlation,
-        }
+        cue = self._cue(event, ctx)
+        if not isinstance(cue, _Cue):
+            return cue
+        return self._write(cue, self.writer.stream(cue.persona, cue.prompt), ctx)
+
+    def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Handled]:
+        """One role's cues: the writer gets their prompts in one call (per persona), and each
+        cue's reply streams out as the writer writes it."""
+        cues = [self._cue(e, ctx) if isinstance(e, CueIssued) else None for e in events]
+        by_persona: dict[Persona, list[_Cue]] = {}
+        for cue in cues:
+            if isinstance(cue, _Cue):
+                by_persona.setdefault(cue.persona, []).append(cue)
+        replies: dict[str, Iterator[str]] = {}
+        for persona, group in by_persona.items():
+            streams = self.writer.write_batch(persona, [c.prompt for c in group])
+            replies.update(zip((c.event.id for c in group), streams, strict=True))
+        out: list[Handled] = []
+        for event, cue in zip(events, cues, strict=True):
+            if cue is None:
+                out.append(self.handle(event, ctx))
+            elif isinstance(cue, _Cue):
+                out.append(self._write(cue, replies[event.id], ctx))
+            else:
+                out.append(cue)
+        return out
+
+    def _cue(self, event: CueIssued, ctx: Context) -> _Cue | list[Event]:
+        """What to ask the writer for a cue, or the drop that answers it instead."""
+        common = _common(event)
         if event.deadline_ms and ctx.now_ms > event.deadline_ms:
             return [UtteranceDropped(
                 id=event.derive("dropped"), t_ms=ctx.now_ms, utterance=event.id,
                 reason=f"deadline passed {ctx.now_ms - event.deadline_ms} ms before writing", **common,
             )]
-        backend, show = self._for_run(ctx)
-        role = show.role(event.role or "")
+        assert ctx.run is not None
+        role = self._show(ctx).role(event.role or "")
         if role is None:
             return [UtteranceDropped(
                 id=event.derive("dropped"), t_ms=ctx.now_ms, utterance=event.id,
                 reason=f"role {event.role!r} is not in the show", **common,
             )]
         persona = Persona(role.id, role.name, role.persona, role.language, role.keywords)
-        prompt = Prompt(cue_id=event.id, user=event.user, text=event.text)
+        prompt = Prompt(cue_id=event.id, user=event.user, text=event.text, seed=ctx.run.seed)
         limit = min(self.settings.llm_max_sentences, event.max_sentences or self.settings.llm_max_sentences)
-        chunks = list(backend.stream(persona, prompt))[:limit]  # the stage's room for this reply
-        pieces = [
-            UtteranceChunk(
-                id=event.derive(f"chunk{i}"), t_ms=ctx.now_ms, utterance=event.id, seq=i,
-                text=text, language=role.language, last=i == len(chunks) - 1, priority=event.priority,
-                deadline_ms=event.deadline_ms, **common,
-            )
-            for i, text in enumerate(chunks)
-        ]
-        completed = UtteranceCompleted(
+        return _Cue(event, role, persona, prompt, limit)  # limit: the stage's room for this reply
+
+    def _write(self, cue: _Cue, sentences: Iterable[str], ctx: Context) -> Iterator[Event]:
+        """Stream a reply: each sentence becomes a chunk, released as the throttle allows."""
+        event, run = cue.event, cue.event.run
+        held = _Held()
+        self._held.setdefault(run, {})[event.id] = held
+        texts: list[str] = []
+        stream = iter(sentences)
+        try:
+            text = next(stream, None) if cue.limit > 0 else None
+            while text is not None:
+                seq = len(texts)
+                texts.append(text)
+                # The next sentence (or the end) says whether this one is the reply's last.
+                following = next(stream, None) if seq + 1 < cue.limit else None
+                if self._held.get(run, {}).get(event.id) is not held:
+                    return  # the reply was cut short (or its run released) while it was written
+                held.pieces.append(UtteranceChunk(
+                    id=event.derive(f"chunk{seq}"), t_ms=ctx.now_ms, utterance=event.id, seq=seq, text=text,
+                    language=cue.role.language, last=following is None, priority=event.priority,
+                    deadline_ms=event.deadline_ms, **_common(event),
+                ))
+                held.tokens[seq] = tokens_of(text)
+                if following is not None:
+                    yield from self._release(run, held, ctx.now_ms)
+                text = following
+        finally:
+            close = getattr(stream, "close", None)
+            if close is not None:
+                close()  # the stage has no room for more: let the writer stop
+        if self._held.get(run, {}).get(event.id) is not held:
+            return
+        held.completed = UtteranceCompleted(
             id=event.derive("completed"), t_ms=ctx.now_ms, utterance=event.id,
-            text=("" if role.language == "zh" else " ").join(chunks), chunks=len(chunks),
-            backend=backend.name, **common,
+            text=("" if cue.role.language == "zh" else " ").join(texts), chunks=len(texts),
+            backend=self.writer.name, **_common(event),
         )
-        held = _Held(deque(pieces), completed, {p.seq: tokens_of(p.text) for p in pieces})
-        self._held.setdefault(event.run, {})[event.id] = held
-        return self._release(event.run, held, ctx.now_ms)
+        yield from self._release(run, held, ctx.now_ms)
 
     def _release(self, run: str, held: _Held, now_ms: int) -> list[Event]:
         """Release text while what is ahead of speech stays within the throttle window."""
@@ -134,7 +200,7 @@ class LLMActor(ScheduledActor):
             piece = held.pieces.popleft()
             held.released += held.tokens[piece.seq]
             out.append(dataclasses.replace(piece, t_ms=now_ms))
-        if not held.pieces:
+        if not held.pieces and held.completed is not None:
             out.append(dataclasses.replace(held.completed, t_ms=now_ms))
             self._held.get(run, {}).pop(held.completed.utterance, None)
         return out
@@ -156,3 +222,8 @@ class LLMActor(ScheduledActor):
         held.spoken_chunks.add(event.chunk)
         held.spoken += held.tokens.get(event.chunk, 0)
         return self._release(event.run, held, ctx.now_ms)
+
+
+def _common(event: CueIssued) -> dict[str, Any]:
+    """The envelope fields every answer to a cue shares."""
+    return {"run": event.run, "role": event.role, "causation": event.id, "correlation": event.correlation}

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from actors.base import Actor, Context, Input
+from actors.base import Actor, Context
 from events.base import Event
 from events.qos import (
     FramesObserved,
@@ -55,7 +55,8 @@ class QosActor(Actor):
     """Observations in, decisions (resolution, throttle, role weights, anomalies) out."""
 
     name = "qos"
-    inputs = (Input("qos", ("troupe.*.qos.frames_observed", "troupe.*.qos.observed")),)
+    consumes = (FramesObserved, QosObserved)
+    emits = (ResolutionChanged, ThrottleChanged, RoleWeightsChanged, LatencyAnomaly)
     observed = False
 
     def __init__(self, settings: Settings) -> None:
@@ -72,6 +73,9 @@ class QosActor(Actor):
                 LatencyBaselines(), self.throttle.max_tokens,
             )
         return state
+
+    def release(self, run: str) -> None:
+        self._runs.pop(run, None)
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
         if ctx.run is None:

@@ -17,8 +17,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from actors.base import Input
-from actors.runtime import Arrival, BatchActor
+from actors.base import Arrival, BatchActor, Input
 from events.danmaku import DanmakuRejected
 from events.subjects import FAMILIES
 from infra.metrics import Metrics
@@ -46,10 +45,8 @@ class RecorderActor(BatchActor):
         kept: list[Recorded] = []
         passed: list[Recorded] = []
         for item in items:
-            meta = item.msg.metadata
             recorded = Recorded(
-                item.event, item.msg.data, item.msg.subject, meta.sequence.stream, item.msg.headers or None,
-                meta.stream, meta.consumer,
+                item.event, item.raw, item.subject, item.stream_seq, item.headers or None, item.stream, item.consumer,
             )
             (kept if self.belongs(item) else passed).append(recorded)
         self.writer.append(kept, passed=passed)

@@ -1,4 +1,8 @@
-"""Render actor: draws the stage at 25 fps on the show clock and emits JPEG frames."""
+"""Render actor: draws the stage at 25 fps on the show clock and emits JPEG frames.
+
+The stage drawer is a backend (``actors.backends``): one per run, on the device
+``TROUPE_RENDER_DEVICE`` names.  Re-execution, export and playback draw on the CPU.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +13,11 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from actors.backends.render_torch import (
-    RoleLook,
-    RoleState,
-    StageRenderer,
-    encode_jpeg,
-)
-from actors.base import Actor, Context, Input
+from actors.backends.protocols import RoleLook, RoleState, StageDrawer
+from actors.backends.registry import BACKENDS, render_device
+from actors.base import ClockedActor, Context
 from actors.visemes import cut_track
 from events.base import Event, derive_id
 from events.frame import FrameRendered, SpeakingMark
@@ -30,6 +30,12 @@ from schedulers.baseline import nearest_rank
 
 log = logging.getLogger(__name__)
 SUBTITLE_HOLD_MS = 1200
+
+
+class Drawers(Protocol):
+    """Builds the drawer of a run's stage (``Backends.stage_drawer`` by default)."""
+
+    def __call__(self, looks: Sequence[RoleLook], resolution: str, *, seed: int, device: str) -> StageDrawer: ...
 
 
 class FrameMemo:
@@ -62,7 +68,7 @@ class FrameMemo:
 @dataclass(slots=True)
 class _Show:
     run: RunStarted
-    renderer: StageRenderer
+    renderer: StageDrawer
     roles: tuple[str, ...]
     quality: int
     memo: FrameMemo = field(default_factory=FrameMemo)
@@ -80,18 +86,23 @@ class _Show:
     cuts: dict[str, int] = field(default_factory=dict)  # interrupted utterance -> where it stopped
 
 
-class RenderActor(Actor):
+class RenderActor(ClockedActor):
     """Viseme tracks and QoS decisions in, stage frames out."""
 
     name = "render"
-    inputs = (Input("run"), Input("viseme"), Input("qos", ("troupe.*.qos.resolution_changed",)))
+    consumes = (RunStarted, RunEnded, VisemeTrack, VisemeCut, ResolutionChanged)
+    emits = (FrameRendered, FramesObserved, QosObserved)
     blocking_tick = True  # drawing and JPEG run in a thread; taking in visemes stays on the loop
 
-    def __init__(self, settings: Settings, device: str = "cpu") -> None:
+    def __init__(self, settings: Settings, device: str | None = None, drawers: Drawers | None = None) -> None:
         self.settings = settings
         self.slow_render_ms = settings.slow_render_ms  # fault injection; may be changed while running
-        self.device = device
+        self.device = render_device(device or settings.render_device)
+        self.drawers: Drawers = drawers or BACKENDS.stage_drawer
         self._shows: dict[str, _Show] = {}
+
+    def release(self, run: str) -> None:
+        self._shows.pop(run, None)  # its drawer, sprite caches, memo, tracks
 
     def active_runs(self) -> Sequence[RunStarted]:
         return [s.run for s in self._shows.values() if not self._finished(s)]
@@ -143,7 +154,7 @@ class RenderActor(Actor):
         # Builds the sprite caches (a few hundred ms): once per run, on the event loop.
         if run.run in self._shows:
             return
-        renderer, roles = stage_renderer(run, self.device)
+        renderer, roles = stage_renderer(run, self.device, self.drawers)
         quality = for_run(self.settings, run.config).jpeg_quality
         # A planned length bounds the frames before run.ended arrives: that event is published
         # at the very show time of the first frame past the end, and often handled after it.
@@ -171,22 +182,13 @@ class RenderActor(Actor):
         out: list[Event] = [frame]
         if len(show.window_late) + show.window_skipped >= ctx.run.fps:  # one second of frames
             out.append(self._observed(show, frame))
-            gpu = self._gpu_memory()
+            gpu = show.renderer.memory_fraction()
             if gpu is not None:
                 out.append(QosObserved(
                     id=derive_id(show.run.id, f"gpu{frame.n}"), run=show.run.run, t_ms=frame.t_ms,
                     metric="gpu_memory_fraction", value=round(gpu, 4), source="render",
                 ))
         return out
-
-    def _gpu_memory(self) -> float | None:
-        """The share of the GPU's memory torch holds, when rendering on CUDA."""
-        if not self.device.startswith("cuda"):
-            return None
-        import torch
-
-        total = torch.cuda.get_device_properties(self.device).total_memory
-        return float(torch.cuda.memory_reserved(self.device)) / total if total else None
 
     @staticmethod
     def _observed(show: _Show, last: FrameRendered) -> FramesObserved:
@@ -264,7 +266,7 @@ def shown(track: VisemeTrack | None, t: int) -> tuple[VisemeTrack | None, bool]:
 
 
 def draw_frame(
-    renderer: StageRenderer, run: RunStarted, roles: Sequence[str], n: int, latest: VisemeTrack | None,
+    renderer: StageDrawer, run: RunStarted, roles: Sequence[str], n: int, latest: VisemeTrack | None,
     quality: int, late_ms: float = 0.0, before_encode: Callable[[], None] | None = None,
     memo: FrameMemo | None = None,
 ) -> FrameRendered:
@@ -284,7 +286,7 @@ def draw_frame(
     jpeg = memo.get(key) if memo is not None and key is not None else None
     if jpeg is None:
         image = renderer.draw(t, states, subtitle)
-        jpeg = encode_jpeg(image, quality)
+        jpeg = renderer.encode(image, quality)
         if memo is not None and key is not None:
             memo.put(key, jpeg)
     if before_encode is not None:
@@ -305,7 +307,7 @@ class Redrawer:
         self.run = run
         self.quality = for_run(settings, run.config).jpeg_quality
         self.memo = FrameMemo(memo_size)
-        self._renderers: dict[str, StageRenderer] = {}
+        self._renderers: dict[str, StageDrawer] = {}
         self._roles: tuple[str, ...] = ()
         self._lock = threading.Lock()
 
@@ -323,11 +325,13 @@ class Redrawer:
         return draw_frame(self._renderers[resolution], self.run, self._roles, n, latest, self.quality, memo=self.memo)
 
 
-def stage_renderer(run: RunStarted, device: str = "cpu") -> tuple[StageRenderer, tuple[str, ...]]:
-    """The renderer of a run's stage and its role ids in stage order."""
+def stage_renderer(run: RunStarted, device: str = "cpu",
+                   drawers: Drawers | None = None) -> tuple[StageDrawer, tuple[str, ...]]:
+    """The drawer of a run's stage and its role ids in stage order."""
     spec = show_from_dict(run.show)
     looks = [RoleLook(r.id, r.name, r.color, r.shape) for r in spec.roles]
-    return StageRenderer(looks, run.resolution, device=device, seed=run.seed), tuple(r.id for r in spec.roles)
+    drawer = (drawers or BACKENDS.stage_drawer)(looks, run.resolution, seed=run.seed, device=device)
+    return drawer, tuple(r.id for r in spec.roles)
 
 
 def _viseme_at(track: VisemeTrack, t: int) -> str:

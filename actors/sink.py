@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from actors.backends.mp4 import Mp4Writer
-from actors.base import Actor, Context, Input
+from actors.base import ClockedActor, Context
 from actors.render import frame_count
 from events.audio import AudioChunk
 from events.base import Event
@@ -77,11 +77,12 @@ class _Mux:
     closed: bool = False
 
 
-class SinkActor(Actor):
+class SinkActor(ClockedActor):
     """Frames and audio in, an MP4 file out."""
 
     name = "sink"
-    inputs = (Input("run"), Input("frame"), Input("viseme"), Input("audio"))
+    consumes = (RunStarted, RunEnded, FrameRendered, VisemeTrack, VisemeCut, AudioChunk)
+    emits = ()
     plays_replays = True  # a playback is written to its own MP4
     blocking = True
 
@@ -309,6 +310,13 @@ class SinkActor(Actor):
         mux.utterances.clear()
         mux.spent.clear()
         mux.last_frame = None
+
+    def release(self, run: str) -> None:
+        """Forget a run; a video still open (a run that never ended) is finished with what it has."""
+        mux = self._muxes.pop(run, None)
+        if mux is not None and not mux.closed:
+            self._finish(run, mux, 0)
+        self.finished.pop(run, None)
 
     def close(self) -> None:
         for run, mux in self._muxes.items():

@@ -1,11 +1,16 @@
-"""TTS actor: speaks utterance chunks with the role's voice, in audio chunks of <= 500 ms."""
+"""TTS actor: speaks utterance chunks with the role's voice, in audio chunks of <= 500 ms.
+
+The speaker is the role's own TTS backend when the show names one (``voice.backend``),
+else ``TROUPE_TTS_BACKEND``'s; a batch of one role's sentences goes to it in one call.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from actors.backends.tts_espeak import EspeakTTS, Speech, Voice
-from actors.base import Context, Input, ScheduledActor, Work
+from actors.backends.protocols import Speaker, Speech, Voice
+from actors.backends.registry import BACKENDS, Backends, UnknownBackendError
+from actors.base import Context, Handled, HandlerError, ScheduledActor, Work
 from events.audio import MAX_CHUNK_MS, AudioChunk, PhonemeMark
 from events.base import Event
 from events.role import RoleWeightsChanged
@@ -43,12 +48,15 @@ class TTSActor(ScheduledActor):
     role-priority scheduler and a batch holds one role's (one voice's) sentences."""
 
     name = "tts"
-    inputs = (Input("utterance", ("troupe.*.utterance.chunk.>",)), Input("role", ("troupe.*.role.weights_changed",)))
+    consumes = (UtteranceChunk, RoleWeightsChanged)
+    emits = (AudioChunk, UtteranceDropped)
     blocking = True
 
-    def __init__(self, settings: Settings, engine: EspeakTTS | None = None) -> None:
+    def __init__(self, settings: Settings, speaker: Speaker | None = None, backends: Backends = BACKENDS) -> None:
         self.settings = settings
-        self.engine = engine or EspeakTTS()
+        self.backends = backends
+        self.speaker = speaker if speaker is not None else backends.speaker(settings.tts_backend)
+        self._speakers: dict[str, Speaker] = {settings.tts_backend: self.speaker}  # by backend name
         self._shows: dict[str, Show] = {}
         self.factors: dict[str, dict[str, float]] = {}  # run -> role -> QoS weight factor
 
@@ -68,25 +76,59 @@ class TTSActor(ScheduledActor):
             reason=f"deadline passed {ctx.now_ms - event.deadline_ms} ms ago before it was spoken",
         )]
 
-    def _voice(self, ctx: Context, role_id: str | None, language: str) -> Voice:
+    def release(self, run: str) -> None:
+        self._shows.pop(run, None)
+        self.factors.pop(run, None)
+
+    def _voice(self, ctx: Context, role_id: str | None, language: str) -> tuple[Speaker, Voice]:
+        """The speaker and voice of a role (the settings' speaker and a plain voice for a role
+        the show does not have)."""
         assert ctx.run is not None
         show = self._shows.get(ctx.run.run)
         if show is None:
             show = self._shows[ctx.run.run] = show_from_dict(ctx.run.show)
         role = show.role(role_id or "")
         if role is None:
-            return Voice(language)
-        return Voice(language, role.voice_variant, role.voice_pitch, role.voice_rate)
+            return self.speaker, Voice(language)
+        voice = Voice(language, role.voice_variant, role.voice_pitch, role.voice_rate)
+        name = role.voice_backend or self.settings.tts_backend
+        speaker = self._speakers.get(name)
+        if speaker is None:
+            try:
+                speaker = self._speakers[name] = self.backends.speaker(name, role.id)
+            except UnknownBackendError as exc:
+                raise HandlerError(str(exc)) from None
+        return speaker, voice
 
-    def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
+    def handle(self, event: Event, ctx: Context) -> Handled:
         if isinstance(event, RoleWeightsChanged):
             self.factors[event.run] = dict(event.weights)
             return ()
         if not isinstance(event, UtteranceChunk):
             return ()
-        speech = self.engine.synthesize(event.text, self._voice(ctx, event.role, event.language))
+        speaker, voice = self._voice(ctx, event.role, event.language)
+        return self._audio(event, speaker.speak(event.text, voice), ctx)
+
+    def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Handled]:
+        """One role's sentences: each speaker gets its sentences of one voice in one call."""
+        groups: dict[tuple[int, Voice], list[UtteranceChunk]] = {}
+        speakers: dict[int, Speaker] = {}
+        for event in events:
+            if isinstance(event, UtteranceChunk):
+                speaker, voice = self._voice(ctx, event.role, event.language)
+                speakers[id(speaker)] = speaker
+                groups.setdefault((id(speaker), voice), []).append(event)
+        speech: dict[str, Speech] = {}
+        for (key, voice), chunks in groups.items():
+            spoken = speakers[key].speak_batch([c.text for c in chunks], voice)
+            speech.update(zip((c.id for c in chunks), spoken, strict=True))
+        return [self._audio(e, speech[e.id], ctx) if isinstance(e, UtteranceChunk) else self.handle(e, ctx)
+                for e in events]
+
+    def _audio(self, event: UtteranceChunk, speech: Speech, ctx: Context) -> list[Event]:
+        """A sentence's speech as audio chunks of at most MAX_CHUNK_MS."""
         slices = slice_speech(speech)
-        out = []
+        out: list[Event] = []
         for part, (offset, pcm, marks) in enumerate(slices):
             part_last = part == len(slices) - 1
             out.append(AudioChunk(

@@ -19,27 +19,30 @@ import nats.errors
 import orjson
 from sqlalchemy import Engine
 
+from actors.backends.registry import BACKENDS
 from app import export, inspect, playback, reexec
 from app.publish import DanmakuFileError, RunError, Sent, read_danmaku_file, send
+from app.registry import ACTORS
 from app.shows import load_show
 from app.summary import summarise
-from app.supervisor import ACTOR_NAMES, Stage, SupervisorError, run_show
+from app.supervisor import ACTOR_NAMES, Stage, run_show
 from events.base import registry
 from events.danmaku import DanmakuReceived
+from events.errors import BusError, ConfigError, StoreError, TroupeError
 from events.run import RunStarted
-from events.show import RESOLUTIONS, Show, ShowError
+from events.show import RESOLUTIONS, Show
 from events.subjects import FAMILIES, is_token
-from infra.bus import BusError, connect
-from infra.natsserver import NatsServerError, announcement_path, running_server
-from infra.settings import Settings, SettingsError, load_settings
-from store.database import StoreError, default_url, open_engine
+from infra.bus import connect
+from infra.natsserver import announcement_path, running_server
+from infra.settings import Settings, load_settings
+from store.database import default_url, open_engine
 from store.queries import list_runs
 
 log = logging.getLogger(__name__)
 DANMAKU_KINDS = ("comment", "gift", "moderator")
 
 
-class UsageError(Exception):
+class UsageError(ConfigError):
     """A user mistake: printed as one line, exit status 2."""
 
 
@@ -81,9 +84,15 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--resolution", choices=tuple(RESOLUTIONS))
     up.add_argument("--run", help="run id (default: a new one)")
     up.add_argument("--slow-render-ms", type=float, help="fault injection: each frame costs this many ms more")
+    up.add_argument("--llm", metavar="NAME", help="LLM backend (default: TROUPE_LLM_BACKEND, else scripted)")
+    up.add_argument("--tts", metavar="NAME", help="TTS backend (default: TROUPE_TTS_BACKEND, else espeak)")
 
-    actor = sub.add_parser("actor", parents=[common], help="run one actor until interrupted")
-    actor.add_argument("name", choices=ACTOR_NAMES)
+    actor = sub.add_parser(
+        "actor", parents=[common], help="run one actor until interrupted (exits 1 if its loop dies)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="actors:\n" + "\n".join(f"  {e.name:<9} {e.summary}" for e in ACTORS.values()),
+    )
+    actor.add_argument("name", help="an actor, or several separated by commas (one worker process for them all)")
     actor.add_argument("--out", type=Path)
 
     pub = sub.add_parser("publish", parents=[common], help="publish danmaku to a run and show what became of them")
@@ -133,11 +142,13 @@ def _settings(args: argparse.Namespace) -> Settings:
         nats_url=args.nats, store_url=args.store, state_dir=args.state_dir,
         out_dir=getattr(args, "out", None), resolution=getattr(args, "resolution", None),
         slow_render_ms=getattr(args, "slow_render_ms", None),
+        llm_backend=getattr(args, "llm", None), tts_backend=getattr(args, "tts", None),
     )
 
 
 async def _up(args: argparse.Namespace, settings: Settings) -> int:
     show = load_show(args.show)
+    BACKENDS.check(settings, show)  # an unknown backend name: one line, before anything starts
     names = ACTOR_NAMES if not args.actors else tuple(a.strip() for a in args.actors.split(",") if a.strip())
     unknown = [n for n in names if n not in ACTOR_NAMES]
     if unknown:
@@ -210,14 +221,29 @@ def _announce(stage: Stage, show: Show, started: RunStarted) -> None:
 
 
 async def _actor(args: argparse.Namespace, settings: Settings) -> int:
+    BACKENDS.check(settings)  # an unknown backend name: one line, before connecting
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    names = [n.strip() for n in args.name.split(",") if n.strip()]
+    unknown = [n for n in names if n not in ACTORS]
+    if not names or unknown:
+        raise UsageError(f"unknown actor(s): {', '.join(unknown) or '(none given)'} (known: {', '.join(ACTORS)})")
     async with Stage(settings) as stage:
-        await stage.start_actors([args.name])
-        print(f"troupe: actor {args.name} running (metrics on port {stage.metrics.port})", file=sys.stderr, flush=True)
-        await stop.wait()
+        runtimes = await stage.start_actors(names)
+        print(f"troupe: actor {','.join(names)} running (metrics on port {stage.metrics.port})",
+              file=sys.stderr, flush=True)
+        stopped = asyncio.create_task(stop.wait())
+        failures = [asyncio.create_task(rt.failed()) for rt in runtimes]
+        done, _ = await asyncio.wait([stopped, *failures], return_when=asyncio.FIRST_COMPLETED)
+        for task in [stopped, *failures]:
+            task.cancel()
+        failed = [t.result() for t in failures if t in done]
+    if failed:
+        # An orchestrator restarts a process that exits; a process with a dead loop it cannot see.
+        print(f"troupe: actor {','.join(names)} stopped: {failed[0]}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
@@ -395,12 +421,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             "replay": _replay, "export": _export,
         }[args.command]
         return asyncio.run(command(args, settings))
-    except (UsageError, SettingsError, ShowError) as exc:
+    except TroupeError as exc:
+        # What the user asked for is wrong (2), or something it needs failed (1).
         print(f"troupe: error: {exc}", file=sys.stderr)
-        return 2
-    except (BusError, NatsServerError, StoreError, SupervisorError, RunError) as exc:
-        print(f"troupe: error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, ConfigError) and not isinstance(exc, RunError) else 1
     except KeyboardInterrupt:
         return 130
 

@@ -20,11 +20,11 @@ from sqlalchemy import Engine
 
 from actors.base import Context
 from events.audio import AudioChunk
+from events.errors import StoreError
 from events.frame import FrameRendered
 from events.run import RunEnded
 from events.viseme import VisemeCut, VisemeTrack
 from infra.settings import Settings
-from store.database import StoreError
 from store.queries import iter_rows, run_info, run_started
 
 

@@ -16,9 +16,9 @@ from app.summary import quantiles
 from events.base import Event
 from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
 from events.error import DeadLettered
+from events.errors import StoreError
 from events.frame import FrameRendered
 from events.utterance import UtteranceDropped
-from store.database import StoreError
 from store.queries import Row, iter_rows, run_info
 
 DECISIONS = frozenset({"qos.resolution_changed", "qos.throttle_changed", "qos.anomaly", "role.weights_changed"})

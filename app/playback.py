@@ -23,12 +23,12 @@ from sqlalchemy import Engine
 
 from events import codec
 from events.base import derive_id
+from events.errors import StoreError
 from events.frame import FrameRendered
 from events.run import RunStarted
 from events.subjects import is_token, subject_for
 from events.viseme import VisemeCut, VisemeTrack
 from infra.bus import publish_raw
-from store.database import StoreError
 from store.queries import Row, iter_rows, run_info, run_started
 
 Progress = Callable[[int, int], None]

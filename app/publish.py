@@ -16,20 +16,21 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from events import codec
-from events.base import DecodeError, Event
+from events.base import Event
 from events.cue import CueIssued, CueMerged
 from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
+from events.errors import ConfigError, DecodeError
 from events.subjects import family_filter, stream_name
 from infra.bus import publish_event
 
 _ANSWERS = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped)
 
 
-class DanmakuFileError(ValueError):
+class DanmakuFileError(DecodeError):
     """A danmaku file cannot be read or has a bad line (``file:line: field: reason``)."""
 
 
-class RunError(Exception):
+class RunError(ConfigError):
     """The run to talk to is not there: unknown on this server, or ended."""
 
 

@@ -28,20 +28,21 @@ from typing import Any
 import orjson
 from sqlalchemy import Engine
 
-from actors.base import Actor, Context
+from actors.base import Actor, ClockedActor, Context
+from app.registry import REEXECUTED, Wiring, entry
 from events import codec
 from events.audio import AudioChunk
 from events.base import Event
-from events.danmaku import DanmakuReceived
+from events.errors import ConfigError
 from events.frame import FrameRendered
-from events.qos import FramesObserved, QosObserved
 from events.run import RunStarted
 from events.utterance import UtteranceDropped
 from events.viseme import VisemeCut, VisemeTrack
+from infra.metrics import Metrics
 from infra.settings import Settings, load_settings
 from store.queries import Row, iter_rows, run_info, run_started
 
-ACTORS = ("director", "lipsync", "render", "qos")
+ACTORS = REEXECUTED
 IGNORED = {"at_ms"}
 IGNORED_PAYLOAD = {"late_ms", "jpeg"}
 
@@ -171,6 +172,7 @@ def _replay_handler(
             yield row, actor.handle(row.event, Context(run, now))
         if clocked:
             last = max((r.event.t_ms for r in rec.rows if r.event.type in owned), default=0)
+            assert isinstance(actor, ClockedActor)
             yield None, actor.tick(Context(run, last))
 
     for row, outputs in calls():
@@ -249,18 +251,14 @@ def verify(
     found: list[Divergence] = []
     make = build or _build
     for name in actors:
-        if name == "director":
-            stream = _replay_handler(name, make(name, settings), start, _handled_in_order(rows, DanmakuReceived),
-                                     frozenset({"cue.issued", "cue.merged", "danmaku.rejected", "danmaku.skipped"}),
-                                     rec, clocked=True)
-        elif name == "lipsync":
-            stream = _replay_handler(name, make(name, settings), start, _lipsync_inputs(rows, rec),
-                                     frozenset({"viseme.track", "viseme.cut", "utterance.dropped"}), rec)
-        elif name == "qos":
-            inputs = _handled_in_order(rows, (FramesObserved, QosObserved))
-            stream = _replay_handler(name, make(name, settings), start, inputs, frozenset({
-                "qos.resolution_changed", "qos.throttle_changed", "qos.anomaly", "role.weights_changed",
-            }), rec)
+        if name in ("director", "lipsync", "qos"):
+            actor = make(name, settings)
+            emits = frozenset(cls.type for cls in actor.emits)
+            if name == "lipsync":
+                inputs = _lipsync_inputs(rows, rec)
+            else:
+                inputs = _handled_in_order(rows, tuple(actor.consumes))
+            stream = _replay_handler(name, actor, start, inputs, emits, rec, clocked=isinstance(actor, ClockedActor))
         elif name == "render":
             stream = _frames(start, settings, rec, workers or min(4, os.cpu_count() or 1))
         else:
@@ -276,14 +274,11 @@ def verify(
 
 
 def _build(name: str, settings: Settings) -> Actor:
-    if name == "director":
-        from actors.director import Director
-        return Director(settings)
-    if name == "qos":
-        from actors.qos import QosActor
-        return QosActor(settings)
-    from actors.lipsync import LipsyncActor
-    return LipsyncActor()
+    return entry(name).build(Wiring(settings, Metrics(), _no_store))
+
+
+def _no_store() -> Engine:
+    raise ConfigError("re-execution builds no actor that writes to the store")
 
 
 def format_verification(v: Verification) -> str:

@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 
 from actors.base import Actor
 from actors.runtime import OBSERVE_PERIOD_S, ActorRuntime, RunDirectory
+from app.registry import NAMES, Wiring, actor_class, entry
 from events.base import Event
 from events.danmaku import DanmakuReceived
 from events.role import RoleDeclared
@@ -31,43 +32,9 @@ from infra.metrics import Metrics
 from infra.natsserver import EmbeddedNats, announcement_path
 from infra.settings import Settings, run_config
 from store.database import default_url, open_engine
-from store.recorder import EventWriter
 
 log = logging.getLogger(__name__)
-ACTOR_NAMES = ("director", "llm", "tts", "lipsync", "render", "sink", "qos", "recorder")
-
-
-class SupervisorError(RuntimeError):
-    """The show could not be started or finished."""
-
-
-def actor_class(name: str) -> type[Actor]:
-    """The actor class for a name (imported lazily: a tts process needs no torch)."""
-    if name == "director":
-        from actors.director import Director
-        return Director
-    if name == "llm":
-        from actors.llm import LLMActor
-        return LLMActor
-    if name == "tts":
-        from actors.tts import TTSActor
-        return TTSActor
-    if name == "lipsync":
-        from actors.lipsync import LipsyncActor
-        return LipsyncActor
-    if name == "render":
-        from actors.render import RenderActor
-        return RenderActor
-    if name == "sink":
-        from actors.sink import SinkActor
-        return SinkActor
-    if name == "recorder":
-        from actors.recorder import RecorderActor
-        return RecorderActor
-    if name == "qos":
-        from actors.qos import QosActor
-        return QosActor
-    raise SupervisorError(f"unknown actor {name!r} (known: {', '.join(ACTOR_NAMES)})")
+ACTOR_NAMES = NAMES
 
 
 class Stage:
@@ -115,8 +82,8 @@ class Stage:
         await provision_streams(self.js, self.settings.frame_max_age_s)
         self.runs = RunDirectory(self.js)
         if self.settings.metrics_port >= 0:
-            port = self.metrics.serve(self.settings.metrics_port)
-            log.info("metrics on http://127.0.0.1:%d/metrics", port)
+            port = self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host)
+            log.info("metrics on http://%s:%d/metrics", self.settings.metrics_host, port)
 
     async def __aexit__(
         self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -136,12 +103,7 @@ class Stage:
 
     def build(self, name: str) -> Actor:
         """A new actor of a kind, wired to this stage's settings and store."""
-        cls = actor_class(name)
-        if name == "recorder":
-            return cls(EventWriter(self.engine, self.settings.store_frames), self.metrics)  # type: ignore[call-arg]
-        if name == "lipsync":
-            return cls()
-        return cls(self.settings)  # type: ignore[call-arg]
+        return entry(name).build(Wiring(self.settings, self.metrics, lambda: self.engine))
 
     async def start_actors(self, names: Sequence[str]) -> list[ActorRuntime]:
         """Start one runtime per actor name."""

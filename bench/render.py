@@ -18,13 +18,8 @@ import numpy as np
 import torch
 
 from actors.backends.mp4 import Mp4Writer
-from actors.backends.render_torch import (
-    RESOLUTIONS,
-    RoleLook,
-    RoleState,
-    StageRenderer,
-    encode_jpeg,
-)
+from actors.backends.protocols import RoleLook, RoleState
+from actors.backends.render_torch import RESOLUTIONS, StageRenderer, encode_jpeg
 from bench.common import machine as common_machine
 
 FPS = 25

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from actors.base import Context, Input, ScheduledActor, Work
+from actors.base import Context, Handled, Input, ScheduledActor, Work
 from actors.runtime import ActorRuntime
 from app.shows import load_show
 from bench.common import machine, median, pct, print_table, write_result
@@ -65,7 +65,7 @@ class SimulatedWorker(ScheduledActor):
         assert isinstance(event, CueIssued) and event.role is not None
         return Work(event.role, tokens=len(event.text.split()), weight=WEIGHTS[event.role])
 
-    def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Sequence[Event]]:
+    def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Handled]:
         tokens = sum(len(e.text.split()) for e in events if isinstance(e, CueIssued))
         cost = (FIXED_MS + PER_TOKEN_MS * tokens) / 1000
         started = time.perf_counter()

@@ -16,20 +16,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+from events.errors import DecodeError
+
 ENVELOPE_FIELDS = ("id", "run", "role", "causation", "correlation", "t_ms", "at_ms")
-
-
-class EventError(Exception):
-    """Root of the event errors."""
-
-
-class DecodeError(EventError):
-    """An event could not be decoded; ``field`` names the offending field."""
-
-    def __init__(self, reason: str, field: str | None = None) -> None:
-        self.reason = reason
-        self.field = field
-        super().__init__(f"{field}: {reason}" if field else reason)
 
 
 class UnknownEventType(DecodeError):

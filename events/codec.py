@@ -15,7 +15,8 @@ from typing import Any
 
 import orjson
 
-from events.base import ENVELOPE_FIELDS, DecodeError, Event, check_value, payload_names, registry
+from events.base import ENVELOPE_FIELDS, Event, check_value, payload_names, registry
+from events.errors import DecodeError
 
 MAGIC = b"\x00TRP"
 _HEADER = struct.Struct(">I")

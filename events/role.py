@@ -23,6 +23,7 @@ class RoleDeclared(Event):
     voice_variant: str | None = None
     voice_pitch: int = 50
     voice_rate: int = 175
+    voice_backend: str | None = None
     color: str = "#888888"
     shape: str = "round"
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from events.errors import ConfigError
 from events.subjects import is_token
 
 # The stage's resolutions, largest first: (width, height) by name.  The one table: settings,
@@ -21,7 +22,7 @@ def resolution_name(height: int) -> str:
     return next((name for name, (_, h) in RESOLUTIONS.items() if h == height), f"{height}p")
 
 
-class ShowError(ValueError):
+class ShowError(ConfigError):
     """A show file is invalid; the message names the field."""
 
 
@@ -38,6 +39,7 @@ class RoleSpec:
     voice_variant: str | None = None
     voice_pitch: int = 50
     voice_rate: int = 175
+    voice_backend: str | None = None     # the role's own TTS backend; None: the settings'
     color: str = "#888888"
     shape: str = "round"
 
@@ -74,7 +76,8 @@ class Show:
                 {
                     "id": r.id, "name": r.name, "persona": r.persona, "language": r.language,
                     "keywords": list(r.keywords), "weight": r.weight,
-                    "voice": {"variant": r.voice_variant, "pitch": r.voice_pitch, "rate": r.voice_rate},
+                    "voice": {"variant": r.voice_variant, "pitch": r.voice_pitch, "rate": r.voice_rate,
+                              "backend": r.voice_backend},
                     "look": {"color": r.color, "shape": r.shape},
                 }
                 for r in self.roles
@@ -116,6 +119,9 @@ def _role(doc: Mapping[str, Any], i: int) -> RoleSpec:
     rate = int(_get(voice, "rate", int, f"{where}.voice", 175))
     if not 80 <= rate <= 450:
         raise ShowError(f"{where}.voice.rate: {rate} words a minute is not in 80..450")
+    backend = _get(voice, "backend", (str, type(None)), f"{where}.voice", None)
+    if backend is not None and not is_token(backend):
+        raise ShowError(f"{where}.voice.backend: {backend!r} must be a backend name (letters, digits, _ or -)")
     weight = float(_get(doc, "weight", (int, float), where, 1.0))
     if not 0 < weight <= 100:
         raise ShowError(f"{where}.weight: {weight:g} is not above 0 (and at most 100)")
@@ -123,8 +129,8 @@ def _role(doc: Mapping[str, Any], i: int) -> RoleSpec:
         id=role_id, name=_get(doc, "name", str, where, role_id),
         persona=_get(doc, "persona", str, where, ""), language=language,
         keywords=tuple(str(k) for k in _get(doc, "keywords", list, where, [])),
-        weight=weight, voice_variant=_get(voice, "variant", str, f"{where}.voice", None),
-        voice_pitch=pitch, voice_rate=rate,
+        weight=weight, voice_variant=_get(voice, "variant", (str, type(None)), f"{where}.voice", None),
+        voice_pitch=pitch, voice_rate=rate, voice_backend=backend,
         color=_get(look, "color", str, f"{where}.look", "#888888"), shape=shape,
     )
 

@@ -17,13 +17,10 @@ from nats.js.errors import NotFoundError
 
 from events import codec
 from events.base import Event
+from events.errors import BusError
 from events.subjects import StreamSpec, family_filter, stream_name, stream_specs, subject_for
 
 log = logging.getLogger(__name__)
-
-
-class BusError(RuntimeError):
-    """NATS is unreachable or refused a provisioning request."""
 
 
 async def connect(url: str, name: str) -> Client:

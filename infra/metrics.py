@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    ProcessCollector,
+    start_http_server,
+)
 
 _LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12)
 
@@ -28,12 +35,14 @@ class Metrics:
         )
         self.queue_depth = Gauge("troupe_queue_depth", "Messages pending per consumer", ["actor", "stream"], registry=r)
         self.recorder_lag = Gauge("troupe_recorder_lag_seconds", "Age of the newest recorded event at commit", registry=r)
+        self.runs_held = Gauge("troupe_runs_held", "Runs whose state an actor holds", ["actor"], registry=r)
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, cpu seconds, open fds
         self.port: int | None = None
         self._server: object | None = None
 
-    def serve(self, port: int) -> int:
-        """Serve /metrics on 127.0.0.1 (port 0: any free port); returns the port."""
-        server, _thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """Serve /metrics on ``host`` (port 0: any free port); returns the port."""
+        server, _thread = start_http_server(port, addr=host, registry=self.registry)
         self._server = server
         self.port = int(server.server_address[1])
         return self.port

@@ -12,11 +12,13 @@ import sysconfig
 from pathlib import Path
 from types import TracebackType
 
+from events.errors import BusError
+
 log = logging.getLogger(__name__)
 ANNOUNCEMENT = "nats.json"  # in the state dir: where a running embedded server listens
 
 
-class NatsServerError(RuntimeError):
+class NatsServerError(BusError):
     """The embedded nats-server could not be found or did not come up."""
 
 

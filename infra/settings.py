@@ -4,16 +4,22 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from events.errors import ConfigError
 from events.show import RESOLUTIONS
+from events.subjects import is_token
 
 
-class SettingsError(ValueError):
+class SettingsError(ConfigError):
     """A setting has an invalid value."""
+
+
+_DEVICE = re.compile(r"cpu|auto|cuda(:[0-9]+)?")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +45,10 @@ class Settings:
     blocklist: tuple[str, ...] = ()
     cue_deadline_ms: int = 8000          # a reply's speech must start this soon after its cue
     stage_backlog_ms: int = 4000         # speech asked for and not yet spoken stays under this
-    llm_backend: str = "scripted"
+    llm_backend: str = "scripted"        # a name in actors.backends.registry.LLM
     llm_max_sentences: int = 3
-    tts_backend: str = "espeak"
+    tts_backend: str = "espeak"          # a name in actors.backends.registry.TTS (a role may name its own)
+    render_device: str = "cpu"           # "cpu", "cuda", "cuda:N", or "auto" (CUDA when there is one)
     jpeg_quality: int = 80
     frame_max_age_s: float = 600.0
     slow_render_ms: float = 0.0
@@ -139,7 +146,10 @@ def validate(settings: Settings) -> None:
         raise SettingsError("TROUPE_SCHEDULER must be 'troupe' or 'fifo'")
     if settings.store_frames not in ("full", "digest"):
         raise SettingsError("TROUPE_STORE_FRAMES must be 'full' or 'digest'")
-    if settings.llm_backend not in ("scripted",):
-        raise SettingsError(f"unknown TROUPE_LLM_BACKEND {settings.llm_backend!r} (available: scripted)")
-    if settings.tts_backend not in ("espeak",):
-        raise SettingsError(f"unknown TROUPE_TTS_BACKEND {settings.tts_backend!r} (available: espeak)")
+    # Backend names are checked against the backend tables where backends are chosen (actors):
+    # here only that they are names.
+    for name in ("llm_backend", "tts_backend"):
+        if not is_token(getattr(settings, name)):
+            raise SettingsError(f"TROUPE_{name.upper()} must be a backend name (letters, digits, _ or -)")
+    if not _DEVICE.fullmatch(settings.render_device):
+        raise SettingsError("TROUPE_RENDER_DEVICE must be 'cpu', 'cuda', 'cuda:N' or 'auto'")

@@ -15,13 +15,11 @@ from pathlib import Path
 from sqlalchemy import Engine, create_engine, event, inspect, make_url, text
 from sqlalchemy.engine import URL
 
+from events.errors import StoreError
+
 HEAD = "0001"  # the newest migration in store/migrations/versions
 MIGRATIONS = Path(__file__).parent / "migrations"
 _PG_LOCK = 0x7472_6F75_7065  # pg_advisory_lock key for migrations ("troupe")
-
-
-class StoreError(RuntimeError):
-    """The store cannot be opened, read or written."""
 
 
 def default_url(state_dir: Path) -> str:

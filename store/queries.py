@@ -15,8 +15,8 @@ from sqlalchemy import Engine, case, func, or_, select
 
 from events import codec
 from events.base import Event
+from events.errors import StoreError
 from events.run import RunStarted
-from store.database import StoreError
 from store.schema import events, runs
 
 

@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 import events
 from events import codec
 from events.audio import AudioChunk, PhonemeMark
-from events.base import DecodeError, Event, EventRegistry, UnknownEventType, registry
+from events.base import Event, EventRegistry, UnknownEventType, registry
 from events.danmaku import DanmakuReceived
+from events.errors import DecodeError
 from events.frame import FrameRendered, SpeakingMark
 from events.subjects import subject_for
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
+from actors.backends.protocols import Persona, Prompt, ReplyWriter
 from actors.backends.replies import (
     COMPLIMENT_WORDS,
     EN_STOPWORDS,
@@ -27,7 +28,7 @@ from actors.backends.replies import (
     ZH_STOPWORDS,
 )
 
-__all__ = ["MAX_NAME_CHARS", "MAX_SENTENCES", "MAX_TOPIC_CHARS", "Persona", "Prompt", "ScriptedLLM"]
+__all__ = ["MAX_NAME_CHARS", "MAX_SENTENCES", "MAX_TOPIC_CHARS", "ScriptedLLM"]
 
 MAX_NAME_CHARS: Final = 16
 """Longest viewer/persona name put into a reply."""
@@ -58,27 +59,6 @@ _SENTENCE_END: Final = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])(?![.!?\u3002\uf
 _PLACEHOLDER: Final = re.compile(r"\{(user|topic|name|n)\}")
 _ZH_MULTI: Final = tuple(w for w in ZH_STOPWORDS if len(w) > 1)
 _ZH_SINGLE: Final = re.compile("[" + "".join(w for w in ZH_STOPWORDS if len(w) == 1) + "]")
-
-
-@dataclass(frozen=True, slots=True)
-class Persona:
-    """Who is speaking: role id, display name, persona text, language and topic keywords."""
-
-    role: str
-    name: str
-    persona: str
-    language: str
-    keywords: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Prompt:
-    """One request: cue id, viewer name, viewer comment and how many viewers said it."""
-
-    cue_id: str
-    user: str
-    text: str
-    merged: int = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,15 +271,13 @@ def _language(code: str) -> str:
     return "zh" if code.strip().lower().startswith("zh") else "en"
 
 
-class ScriptedLLM:
+class ScriptedLLM(ReplyWriter):
     """Writes deterministic in-persona replies from a reply library; no model needed."""
 
     name = "scripted"
 
-    __slots__ = ("_seed",)
-
-    def __init__(self, seed: int) -> None:
-        """Remember the seed; with role and cue id it fixes every reply."""
+    def __init__(self, seed: int = 0) -> None:
+        """Remember the seed of prompts that carry none; with role and cue id it fixes every reply."""
         self._seed = seed
 
     def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
@@ -316,7 +294,8 @@ class ScriptedLLM:
         pack = LIBRARY[lang]
         # String seeds are hashed with SHA-512 by random.Random, so this is stable across
         # processes (unlike the salted built-in hash()).
-        rng = random.Random(f"{self._seed}:{persona.role}:{prompt.cue_id}")
+        seed = self._seed if prompt.seed is None else prompt.seed
+        rng = random.Random(f"{seed}:{persona.role}:{prompt.cue_id}")
         text = _UNSAFE.sub("", prompt.text)
         doc = _doc(text)
         # Themes and topics come from the opening only (it is what the viewer leads with,

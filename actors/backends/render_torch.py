@@ -15,6 +15,7 @@ import simplejpeg
 import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
+from actors.backends.protocols import RESOLUTIONS, RoleLook, RoleState, StageDrawer
 from actors.backends.stage_art import (
     DETAILS,
     EYE_BOX,
@@ -33,7 +34,6 @@ from actors.backends.stage_art import (
     mix,
     parse_rgb,
 )
-from events.show import RESOLUTIONS
 
 SHAPES = tuple(SILHOUETTES)
 _SS = 2  # supersampling factor; reduce(2) is a box filter, so crops at even coords stay exact
@@ -42,25 +42,6 @@ _BLINK_MS = 130
 _MAX_ROLES = 8
 Pixels = torch.Tensor | np.ndarray  # uint8 HxWx3
 Box = tuple[int, int, int, int]
-
-
-@dataclass(frozen=True, slots=True)
-class RoleLook:
-    """How one role looks on stage."""
-
-    role: str
-    name: str
-    color: str
-    shape: str = "round"
-
-
-@dataclass(frozen=True, slots=True)
-class RoleState:
-    """What one role does in one frame."""
-
-    role: str
-    viseme: str
-    speaking: bool
 
 
 class _Scene:
@@ -228,8 +209,8 @@ class _Rhythm:
     breath_phase: int
 
 
-class StageRenderer:
-    """Draws one stage frame holding every role."""
+class StageRenderer(StageDrawer):
+    """Draws one stage frame holding every role (on the CPU, or on a CUDA device)."""
 
     def __init__(self, looks: Sequence[RoleLook], resolution: str = "720p", device: str = "cpu",
                  seed: int = 0) -> None:
@@ -323,6 +304,17 @@ class StageRenderer:
             band = scene.subtitle(subtitle)
             out[scene.size[1] - band.shape[0]:] = band
         return torch.from_numpy(out) if isinstance(out, np.ndarray) else out.cpu()
+
+    def encode(self, picture: torch.Tensor | np.ndarray, quality: int) -> bytes:
+        """A drawn frame as JPEG."""
+        return encode_jpeg(picture, quality)
+
+    def memory_fraction(self) -> float | None:
+        """The share of the GPU's memory torch holds, when drawing on CUDA."""
+        if self._device.type != "cuda":
+            return None
+        total = torch.cuda.get_device_properties(self._device).total_memory
+        return float(torch.cuda.memory_reserved(self._device)) / total if total else None
 
 
 def encode_jpeg(frame: torch.Tensor | np.ndarray, quality: int = 80) -> bytes:

@@ -26,9 +26,10 @@ import ctypes
 import os
 import re
 import threading
-from dataclasses import dataclass
 
 import numpy as np
+
+from actors.backends.protocols import BackendError, Phoneme, Speaker, Speech, Voice
 
 # espeak_AUDIO_OUTPUT: synthesis runs inside espeak_Synth on the calling thread.
 _AUDIO_OUTPUT_SYNCHRONOUS = 2
@@ -58,59 +59,22 @@ _LEAD_KEEP_MS = 10
 _TAIL_KEEP_MS = 50
 
 
-class TTSError(Exception):
+class TTSError(BackendError):
     """A voice the library cannot speak, or a failure inside libespeak-ng."""
 
 
-@dataclass(frozen=True, slots=True)
-class Voice:
-    """How to speak: language ("en" or "zh"), optional espeak variant, pitch and rate."""
-
-    language: str
-    variant: str | None = None
-    pitch: int = 50
-    rate: int = 175
-
-    def __post_init__(self) -> None:
-        if self.language not in _LANGUAGES:
-            raise TTSError(
-                f"unsupported language {self.language!r}; use one of {sorted(_LANGUAGES)}"
-            )
-        if self.variant is not None and not _VARIANT_RE.fullmatch(self.variant):
-            raise TTSError(f"malformed espeak variant name {self.variant!r}")
-        if not 0 <= self.pitch <= 100:
-            raise TTSError(f"pitch {self.pitch} outside 0..100")
-        if not _RATE_RANGE[0] <= self.rate <= _RATE_RANGE[1]:
-            raise TTSError(f"rate {self.rate} wpm outside {_RATE_RANGE[0]}..{_RATE_RANGE[1]}")
-
-    @property
-    def espeak_name(self) -> str:
-        """The name handed to espeak_SetVoiceByName, e.g. "en-us+f2"."""
-        base = _LANGUAGES[self.language]
-        return f"{base}+{self.variant}" if self.variant else base
-
-
-@dataclass(frozen=True, slots=True)
-class Phoneme:
-    """One IPA phoneme label and where it sits in the returned audio."""
-
-    ipa: str
-    start_ms: int
-    end_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Speech:
-    """Synthesised audio (s16le mono) with its phoneme timeline."""
-
-    pcm: bytes
-    sample_rate: int
-    phonemes: tuple[Phoneme, ...]
-
-    @property
-    def duration_ms(self) -> int:
-        """Audio length in whole milliseconds (floored)."""
-        return len(self.pcm) // 2 * 1000 // self.sample_rate
+def _check_voice(voice: Voice) -> str:
+    """The espeak voice name for a voice (e.g. "en-us+f2"), or TTSError when espeak cannot speak it."""
+    if voice.language not in _LANGUAGES:
+        raise TTSError(f"unsupported language {voice.language!r}; use one of {sorted(_LANGUAGES)}")
+    if voice.variant is not None and not _VARIANT_RE.fullmatch(voice.variant):
+        raise TTSError(f"malformed espeak variant name {voice.variant!r}")
+    if not 0 <= voice.pitch <= 100:
+        raise TTSError(f"pitch {voice.pitch} outside 0..100")
+    if not _RATE_RANGE[0] <= voice.rate <= _RATE_RANGE[1]:
+        raise TTSError(f"rate {voice.rate} wpm outside {_RATE_RANGE[0]}..{_RATE_RANGE[1]}")
+    base = _LANGUAGES[voice.language]
+    return f"{base}+{voice.variant}" if voice.variant else base
 
 
 class _EventId(ctypes.Union):
@@ -206,11 +170,10 @@ class _Engine:
             return 1
         return 0
 
-    def synth(self, text: bytes, voice: Voice) -> tuple[bytes, list[tuple[int, str]]]:
-        """Run one synthesis; returns raw PCM and (sample, label) phoneme marks."""
+    def synth(self, text: bytes, voice: Voice, name: str) -> tuple[bytes, list[tuple[int, str]]]:
+        """Run one synthesis with espeak voice ``name``; returns raw PCM and (sample, label) phoneme marks."""
         with self.lock:
             self._chunks, self._marks, self._failure = [], [], None
-            name = voice.espeak_name
             # Reloading a voice costs ~1-5 ms (the cmn dictionary is large); skip repeats.
             if name != self._voice_name:
                 self._voice_name = None
@@ -290,8 +253,10 @@ def _timeline(
     )
 
 
-class EspeakTTS:
+class EspeakTTS(Speaker):
     """Speaks text with libespeak-ng and reports IPA phonemes with their audio positions."""
+
+    name = "espeak"
 
     def __init__(self, library_path: str | None = None, data_path: str | None = None) -> None:
         if library_path is None:
@@ -307,14 +272,15 @@ class EspeakTTS:
         """Output sample rate in Hz (22050 for the bundled library)."""
         return self._engine.sample_rate
 
-    def synthesize(self, text: str, voice: Voice) -> Speech:
+    def speak(self, text: str, voice: Voice) -> Speech:
         """Speak ``text``; leading silence trimmed to ~10 ms and trailing to ~50 ms."""
+        name = _check_voice(voice)
         self._check_variant(voice)
         cleaned = _clean_text(text)
         rate = self._engine.sample_rate
         if not cleaned:
             return Speech(b"", rate, ())
-        raw, marks = self._engine.synth(cleaned.encode("utf-8"), voice)
+        raw, marks = self._engine.synth(cleaned.encode("utf-8"), voice, name)
         samples = np.frombuffer(raw, dtype=np.int16)  # the library writes native order
         loud = np.flatnonzero((samples > _SILENCE_THRESHOLD) | (samples < -_SILENCE_THRESHOLD))
         if loud.size == 0:

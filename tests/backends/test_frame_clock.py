@@ -62,3 +62,14 @@ def test_a_renderer_behind_at_the_end_skips_to_the_last_frame(render: RenderActo
     assert first == list(range(10)) and late == [24]
     assert render.next_tick("r1") is None
     assert render._shows["r1"].skipped + len(first + late) == 25  # noqa: SLF001 - drawn + skipped = due
+
+
+def test_release_forgets_a_runs_stage(render: RenderActor) -> None:
+    run = dataclasses.replace(demo_run("r1", resolution="360p"), duration_ms=1000)
+    other = dataclasses.replace(demo_run("r2", resolution="360p"), duration_ms=1000)
+    render.handle(run, ctx(0, run))
+    render.handle(other, ctx(0, other))
+    assert drawn(render, run, until_ms=100)
+    render.release("r1")
+    assert render.next_tick("r1") is None and [r.run for r in render.active_runs()] == ["r2"]
+    assert list(render._shows) == ["r2"]  # drawer, sprites, memo and tracks went with it

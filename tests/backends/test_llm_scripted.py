@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import subprocess
 import sys
@@ -15,12 +16,11 @@ from hypothesis import strategies as st
 from actors.backends.llm_scripted import (
     MAX_NAME_CHARS,
     MAX_SENTENCES,
-    Persona,
-    Prompt,
     ScriptedLLM,
     _doc,
     _pick_theme,
 )
+from actors.backends.protocols import Persona, Prompt
 from actors.backends.replies import LIBRARY, PLACEHOLDERS, THEMES
 
 EN = Persona("host", "Mika", "cheerful host who loves games and music", "en", ("games", "music"))
@@ -161,7 +161,8 @@ def test_stable_across_processes() -> None:
     """Different PYTHONHASHSEEDs must not change replies (no salted hash())."""
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]);"
-        "from actors.backends.llm_scripted import Persona, Prompt, ScriptedLLM;"
+        "from actors.backends.llm_scripted import ScriptedLLM;"
+        "from actors.backends.protocols import Persona, Prompt;"
         "p = Persona('host', 'Mika', 'x', 'en', ('games',));"
         "print('|'.join(ScriptedLLM(3).reply(p, Prompt(f'c{i}', 'al', 'games?')) for i in range(9)))"
     )
@@ -388,3 +389,15 @@ def test_is_fast() -> None:
 
 def test_name_attribute() -> None:
     assert ScriptedLLM.name == "scripted"
+
+
+def test_the_prompts_seed_is_the_writers_seed() -> None:
+    prompt = Prompt("c1", "bob", "I love playing Minecraft")
+    for seed in range(5):
+        assert ScriptedLLM().reply(EN, dataclasses.replace(prompt, seed=seed)) == ScriptedLLM(seed).reply(EN, prompt)
+
+
+def test_a_batch_gives_each_prompt_its_own_reply() -> None:
+    llm = ScriptedLLM(7)
+    prompts = [Prompt(f"c{i}", "alice", COMMENTS[i % len(COMMENTS)]) for i in range(6)]
+    assert [list(s) for s in llm.write_batch(EN, prompts)] == [list(llm.stream(EN, p)) for p in prompts]

@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from actors.backends.mp4 import Mp4Writer
-from actors.backends.render_torch import RoleLook, RoleState, StageRenderer, encode_jpeg
+from actors.backends.protocols import RoleLook, RoleState
+from actors.backends.render_torch import StageRenderer, encode_jpeg
 
 RATE = 22050
 LOOKS = (RoleLook("a", "Ann", "#e0603a", "round"), RoleLook("b", "Ben", "#3a8ee0", "square"))

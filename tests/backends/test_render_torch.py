@@ -11,13 +11,8 @@ import pytest
 import torch
 from PIL import Image
 
-from actors.backends.render_torch import (
-    RESOLUTIONS,
-    RoleLook,
-    RoleState,
-    StageRenderer,
-    encode_jpeg,
-)
+from actors.backends.protocols import RoleLook, RoleState
+from actors.backends.render_torch import RESOLUTIONS, StageRenderer, encode_jpeg
 from actors.backends.stage_art import MOUTHS, fit_text, load_font
 from actors.visemes import VISEMES
 

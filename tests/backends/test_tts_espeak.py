@@ -9,7 +9,8 @@ import espeakng_loader
 import numpy as np
 import pytest
 
-from actors.backends.tts_espeak import PAUSE, EspeakTTS, Speech, TTSError, Voice
+from actors.backends.protocols import Speaker, Speech, Voice
+from actors.backends.tts_espeak import PAUSE, EspeakTTS, TTSError
 from actors.visemes import viseme_for
 
 EN = "Hello everyone, welcome to the show."
@@ -67,7 +68,7 @@ def check_timeline(speech: Speech) -> None:
 
 
 def test_english_sentence(tts: EspeakTTS) -> None:
-    speech = tts.synthesize(EN, Voice("en"))
+    speech = tts.speak(EN, Voice("en"))
     assert tts.sample_rate == speech.sample_rate == 22050
     assert speech.pcm and len(speech.pcm) % 2 == 0
     assert 500 <= speech.duration_ms <= 5000
@@ -79,7 +80,7 @@ def test_english_sentence(tts: EspeakTTS) -> None:
 
 def test_leading_and_trailing_silence_trimmed(tts: EspeakTTS) -> None:
     # A leading quote makes espeak open with ~110 ms of silence.
-    speech = tts.synthesize('"Well," she said.', Voice("en"))
+    speech = tts.speak('"Well," she said.', Voice("en"))
     x = np.abs(samples(speech))
     rate = speech.sample_rate
     loud = np.flatnonzero(x > 100)
@@ -92,7 +93,7 @@ def test_leading_and_trailing_silence_trimmed(tts: EspeakTTS) -> None:
 
 
 def test_mandarin_reads_chinese_characters(tts: EspeakTTS) -> None:
-    speech = tts.synthesize(ZH, Voice("zh"))
+    speech = tts.speak(ZH, Voice("zh"))
     check_timeline(speech)
     assert 1000 <= speech.duration_ms <= 5000
     labels = {p.ipa for p in speech.phonemes}
@@ -104,7 +105,7 @@ def test_mandarin_reads_chinese_characters(tts: EspeakTTS) -> None:
 
 def test_voiced_phonemes_are_louder_than_pauses(tts: EspeakTTS) -> None:
     for text, voice in ((EN, Voice("en")), (ZH, Voice("zh"))):
-        speech = tts.synthesize(text, voice)
+        speech = tts.speak(text, voice)
         vowels = [p for p in speech.phonemes if viseme_for(p.ipa) in VOWEL_VISEMES]
         pauses = [p for p in speech.phonemes if p.ipa == PAUSE and p.end_ms - p.start_ms >= 20]
         assert vowels and pauses
@@ -115,43 +116,52 @@ def test_voiced_phonemes_are_louder_than_pauses(tts: EspeakTTS) -> None:
 
 
 def test_rate_changes_duration(tts: EspeakTTS) -> None:
-    slow = tts.synthesize(EN, Voice("en", rate=120)).duration_ms
-    fast = tts.synthesize(EN, Voice("en", rate=320)).duration_ms
+    slow = tts.speak(EN, Voice("en", rate=120)).duration_ms
+    fast = tts.speak(EN, Voice("en", rate=320)).duration_ms
     assert fast < 0.6 * slow
 
 
 def test_pitch_and_variant_change_the_voice(tts: EspeakTTS) -> None:
-    low = median_f0(tts.synthesize(EN, Voice("en", pitch=10)))
-    high = median_f0(tts.synthesize(EN, Voice("en", pitch=90)))
+    low = median_f0(tts.speak(EN, Voice("en", pitch=10)))
+    high = median_f0(tts.speak(EN, Voice("en", pitch=90)))
     assert high > 1.3 * low
-    male = median_f0(tts.synthesize(EN, Voice("en", variant="m3")))
-    female = median_f0(tts.synthesize(EN, Voice("en", variant="f2")))
+    male = median_f0(tts.speak(EN, Voice("en", variant="m3")))
+    female = median_f0(tts.speak(EN, Voice("en", variant="f2")))
     assert female > 1.3 * male
-    klatt = tts.synthesize(EN, Voice("en", variant="klatt"))
+    klatt = tts.speak(EN, Voice("en", variant="klatt"))
     check_timeline(klatt)
 
 
 def test_empty_and_control_text(tts: EspeakTTS) -> None:
     for text in ("", "   \n\t ", "\x00\x01\x7f"):
-        speech = tts.synthesize(text, Voice("en"))
+        speech = tts.speak(text, Voice("en"))
         assert speech == Speech(b"", 22050, ())
         assert speech.duration_ms == 0
-    clean = tts.synthesize("Hello world", Voice("en"))
-    dirty = tts.synthesize("Hello\x00 \x01world\x1b\n", Voice("en"))
+    clean = tts.speak("Hello world", Voice("en"))
+    dirty = tts.speak("Hello\x00 \x01world\x1b\n", Voice("en"))
     assert [p.ipa for p in dirty.phonemes] == [p.ipa for p in clean.phonemes]
 
 
 def test_bad_voices_raise(tts: EspeakTTS) -> None:
+    # A voice is a neutral value: espeak says what it cannot speak when asked to.
     with pytest.raises(TTSError, match="language"):
-        Voice("fr")
+        tts.speak("hi", Voice("fr"))
     with pytest.raises(TTSError, match="pitch"):
-        Voice("en", pitch=101)
+        tts.speak("hi", Voice("en", pitch=101))
     with pytest.raises(TTSError, match="rate"):
-        Voice("en", rate=10)
+        tts.speak("hi", Voice("en", rate=10))
     with pytest.raises(TTSError, match="variant"):
-        Voice("en", variant="../../etc/passwd")
+        tts.speak("hi", Voice("en", variant="../../etc/passwd"))
     with pytest.raises(TTSError, match="variant"):
-        tts.synthesize("hi", Voice("en", variant="nosuchvariant"))
+        tts.speak("hi", Voice("en", variant="nosuchvariant"))
+
+
+def test_a_batch_is_spoken_in_order_like_single_texts(tts: EspeakTTS) -> None:
+    speaker: Speaker = tts
+    batch = speaker.speak_batch([EN, "", "Thanks!"], Voice("en"))
+    singles = [tts.speak(text, Voice("en")) for text in (EN, "", "Thanks!")]
+    assert [[p.ipa for p in s.phonemes] for s in batch] == [[p.ipa for p in s.phonemes] for s in singles]
+    assert speaker.name == "espeak" and batch[1] == Speech(b"", 22050, ())
 
 
 def test_bad_library_or_data_path_raise(tts: EspeakTTS, tmp_path) -> None:
@@ -173,7 +183,7 @@ def test_threads_do_not_mix_up_output(tts: EspeakTTS) -> None:
         ("Thanks for the gift, see you tomorrow!", Voice("en", variant="f2", rate=200)),
         ("今天天气很好，我们一起聊天吧", Voice("zh", pitch=70)),
     ]
-    serial = [tts.synthesize(text, voice) for text, voice in jobs]
+    serial = [tts.speak(text, voice) for text, voice in jobs]
     barrier = threading.Barrier(len(jobs))
     results: dict[int, list[Speech]] = {i: [] for i in range(len(jobs))}
 
@@ -181,7 +191,7 @@ def test_threads_do_not_mix_up_output(tts: EspeakTTS) -> None:
         text, voice = jobs[i]
         barrier.wait()
         for _ in range(5):
-            results[i].append(tts.synthesize(text, voice))
+            results[i].append(tts.speak(text, voice))
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(jobs))]
     for t in threads:
@@ -200,7 +210,7 @@ def test_faster_than_real_time(tts: EspeakTTS) -> None:
     factors = []
     for _ in range(5):
         began = time.perf_counter()
-        speech = tts.synthesize(EN, Voice("en"))
+        speech = tts.speak(EN, Voice("en"))
         factors.append((time.perf_counter() - began) / (speech.duration_ms / 1000))
     # Measured ~0.002; the bound is loose so a busy CI machine does not flake.
     assert float(np.median(factors)) < 0.05

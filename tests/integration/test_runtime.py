@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Sequence
 from typing import Any
 
 from nats.js import JetStreamContext
 
-from actors.base import Actor, Context, HandlerError, Input
+from actors.base import Actor, ClockedActor, Context, HandlerError, Input
 from actors.runtime import ActorRuntime
 from events import codec
 from events.base import Event
@@ -160,7 +161,7 @@ async def test_two_processes_of_one_kind_share_the_work(js: JetStreamContext, se
 
 
 async def test_a_crashed_loop_is_restarted_then_given_up(js: JetStreamContext, settings: Settings) -> None:
-    class Flaky(Actor):
+    class Flaky(ClockedActor):
         name = "flaky"
         inputs = (Input("danmaku", ("troupe.flaky.danmaku.received",)),)
 
@@ -186,4 +187,6 @@ async def test_a_crashed_loop_is_restarted_then_given_up(js: JetStreamContext, s
     hopeless = Flaky(crashes=10**6)
     rt = await ActorRuntime(hopeless, js, settings, Metrics()).start()
     await wait_for(lambda: not rt.healthy, timeout_s=20, what="the runtime to give up")
+    reason = await asyncio.wait_for(rt.failed(), 5)
+    assert reason.startswith("flaky:tick crashed 6 times within a minute") and "bug in the actor" in reason
     await rt.stop()

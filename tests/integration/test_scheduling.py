@@ -65,8 +65,8 @@ async def test_batches_hold_one_role_and_the_heaviest_role_goes_first(js, settin
             cue = CueIssued(id=f"{run}-{i}", run=run, role=role, seq=i, user="u", text="t", danmaku=(), routed_by="t")
             await js.publish(subject_for(cue), codec.encode(cue), headers={"Nats-Msg-Id": cue.id})
             if i == 0:  # the first one keeps the worker busy while the rest queue up
-                await wait_for(lambda: rt._working == 1, what="the first cue in the worker")  # noqa: SLF001
-        await wait_for(lambda: rt._waiting() >= len(order), what="cues queued")  # noqa: SLF001
+                await wait_for(lambda: rt.working == 1, what="the first cue in the worker")
+        await wait_for(lambda: rt.waiting >= len(order), what="cues queued")
         worker.gate.set()
         await wait_for(lambda: sum(map(len, worker.batches)) == len(order), what="all served")
     await end_run(js, run)
@@ -89,10 +89,10 @@ async def test_work_past_its_deadline_is_dropped_with_an_event(js, settings: Set
             for i, role in enumerate("acb")
         ]
         await js.publish(subject_for(cues[0]), codec.encode(cues[0]), headers={"Nats-Msg-Id": cues[0].id})
-        await wait_for(lambda: rt._working == 1, what="the first cue in the worker")  # noqa: SLF001
+        await wait_for(lambda: rt.working == 1, what="the first cue in the worker")
         for cue in cues[1:]:
             await js.publish(subject_for(cue), codec.encode(cue), headers={"Nats-Msg-Id": cue.id})
-        await wait_for(lambda: rt._waiting() >= 3, what="cues queued")  # noqa: SLF001
+        await wait_for(lambda: rt.waiting >= 3, what="cues queued")
         # The worker is held: the second cue's deadline passes while it waits.
         await wait_for(lambda: time.time() * 1000 - start.started_at_ms > cues[1].deadline_ms + 60, what="deadline")
         worker.gate.set()

@@ -12,9 +12,10 @@ from sqlalchemy import func, select
 from events import codec
 from events.audio import AudioChunk, PhonemeMark
 from events.danmaku import DanmakuReceived
+from events.errors import StoreError
 from events.frame import FrameRendered
 from events.run import RunEnded
-from store.database import HEAD, MIGRATIONS, StoreError, open_engine, schema_revision
+from store.database import HEAD, MIGRATIONS, open_engine, schema_revision
 from store.recorder import EventWriter, Recorded, read_events
 from store.schema import consumers, events, runs
 from tests.showkit import demo_run

@@ -5,6 +5,11 @@ pull consumer and fetches only as many messages as the actor has room for.  An
 input is acked only after JetStream has stored every event its handler caused;
 output ids are deterministic and double as ``Nats-Msg-Id``, so a redelivered
 input publishes duplicates that JetStream drops.
+
+The actor's kind (``actors.base``) says how it is run: each input on its own, on a
+clock as well (``clock``), through a role-aware queue (``scheduled``), or in whole
+batches; ``runs`` knows the runs and when to release one, ``observe`` what is
+published for QoS, ``delivery`` one message's way through.
 """
 
 from __future__ import annotations
@@ -12,238 +17,51 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import ctypes
 import dataclasses
-import datetime
 import functools
 import logging
-import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import Any
 
-import orjson
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
 
-from actors.base import Actor, Context, HandlerError, ScheduledActor
-from events import codec
-from events.base import DecodeError, Event, derive_id
+from actors.base import (
+    Actor,
+    Arrival,
+    BatchActor,
+    ClockedActor,
+    Context,
+    HandlerError,
+    ScheduledActor,
+)
+from actors.runtime.clock import next_due
+from actors.runtime.delivery import (
+    AckMetadata,
+    Delivery,
+    decode,
+    message_id,
+    message_key,
+    publish_failure,
+)
+from actors.runtime.observe import OBSERVE_PERIOD_S, Observations
+from actors.runtime.runs import Clock, RunDirectory, RunLifecycle
+from actors.runtime.scheduled import WorkQueue
+from events.base import Event, derive_id
 from events.error import DeadLettered
-from events.qos import QosObserved
+from events.errors import DecodeError
 from events.run import RunEnded, RunStarted
-from events.subjects import is_token, run_of, stream_name, type_of
+from events.subjects import is_token, run_of, type_of
 from infra.bus import ConsumerSpec, provision_consumers, publish_event
 from infra.metrics import Metrics
 from infra.settings import Settings
-from schedulers.baseline import nearest_rank
-from schedulers.batching import Job, RoleScheduler
-from schedulers.priority import PriorityPolicy
 
 log = logging.getLogger(__name__)
-Clock = Callable[[], float]
 RESTARTS = 5
-FAILED = object()  # what _call returns when the handler raised
-OBSERVE_PERIOD_S = 1.0  # how often a runtime publishes its observations (qos.observed)
-_INSTANCE = f"{os.getpid()}-{time.time_ns()}"  # tells apart the observations of two processes
-# A message published this long before a lookup that found no run.started / run.ended is
-# covered by that lookup: room for the NATS server's clock against this process's clock.
-CLOCK_MARGIN_US = 1_000_000
-_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
-
-
-@dataclass(slots=True)
-class Delivery:
-    """One fetched message and what became of it."""
-
-    msg: Msg
-    meta: AckMetadata | None = None
-    event: Event | None = None
-    outputs: list[Event] = field(default_factory=list)
-    futures: list[asyncio.Future[Any]] = field(default_factory=list)
-    error: str | None = None
-    permanent: bool = False
-    queued: bool = False      # waiting in the actor's scheduler
-    progress_ms: int = 0      # when JetStream was last told it is still being worked on
-    hop_ms: float | None = None  # from its emission to its fetch (observed once it is handled)
-
-
-@dataclass(frozen=True, slots=True)
-class AckMetadata:
-    """What the runtime needs from a JetStream message's reply subject."""
-
-    delivered: int
-    stream_seq: int
-    timestamp_ns: int
-
-
-def ack_metadata(msg: Msg) -> AckMetadata:
-    """Parse ``$JS.ACK.[domain.hash.]stream.consumer.delivered.sseq.cseq.ts.pending``.
-
-    Cheaper than ``msg.metadata``, which also builds datetimes and sequence objects.
-    """
-    tokens = (msg.reply or "").split(".")
-    if len(tokens) == 9:
-        base = 4
-    elif len(tokens) >= 11:
-        base = 6
-    else:
-        meta = msg.metadata
-        ts = int(meta.timestamp.timestamp() * 1e9) if meta.timestamp else 0
-        return AckMetadata(meta.num_delivered or 1, meta.sequence.stream, ts)
-    return AckMetadata(int(tokens[base]), int(tokens[base + 1]), int(tokens[base + 3]))
-
-
-def _message_key(spec: ConsumerSpec, meta: AckMetadata) -> str:
-    """A deterministic name for a message: its family and stream sequence."""
-    return f"{spec.family}-{meta.stream_seq}"
-
-
-def _message_id(msg: Msg, fallback: str) -> str:
-    """The id an undecodable message would have had: its JSON's ``id``, its Nats-Msg-Id, else ``fallback``."""
-    try:
-        doc = orjson.loads(codec.split(msg.data)[0])
-    except (orjson.JSONDecodeError, DecodeError):
-        doc = None
-    ident = doc.get("id") if isinstance(doc, dict) else None
-    if isinstance(ident, str) and ident:
-        return ident
-    return (msg.headers or {}).get("Nats-Msg-Id") or fallback
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """One decoded message of a batch handed whole to a ``BatchActor``."""
-
-    event: Event
-    msg: Msg
-    meta: AckMetadata
-    # The run (None: unknown) and, for a producer event, whether it came after the run ended.
-    ctx: Context
-
-
-class BatchActor(Actor):
-    """An actor that takes each fetched batch whole, in one call (the recorder)."""
-
-    # Event types that producers outside Troupe publish (the danmaku).  The actor whose input
-    # they are (the director) validates them and dead-letters the undecodable ones; a batch
-    # actor leaves those to it (one dead letter per bad message) and gets, for each producer
-    # event, whether its run existed and had not ended when it was published.
-    producer_types: ClassVar[frozenset[str]] = frozenset()
-
-    def consume_batch(self, items: Sequence[Arrival]) -> None:
-        """Take one fetched batch; the runtime acks it after this returns."""
-        raise NotImplementedError
-
-
-def _failure(future: asyncio.Future[Any]) -> BaseException | None:
-    if future.cancelled():
-        return asyncio.CancelledError("publish cancelled")
-    return future.exception()
-
-
-@dataclass(slots=True)
-class _Miss:
-    """A lookup that found nothing: when it was sent, and when to look again at the latest."""
-
-    sent_us: int       # wall clock
-    retry_at: float    # the directory's clock
-
-
-class RunDirectory:
-    """Looks up and caches each run's ``run.started`` and ``run.ended`` from the run stream.
-
-    A found event is kept (a run never un-starts or un-ends).  A lookup that found
-    nothing answers for ``retry_s``: a flood of inputs for a missing (or still running)
-    run must not become a flood of lookups.  It answers for good for a message
-    published before it was sent; ``precise`` callers (the recorder) look again for
-    a newer one instead of trusting it.
-    """
-
-    def __init__(
-        self, js: JetStreamContext, clock: Clock = time.monotonic, retry_s: float = 1.0, wall: Clock = time.time,
-    ) -> None:
-        self._js = js
-        self._runs: dict[str, RunStarted] = {}
-        self._ends: dict[str, int] = {}        # run -> stream time (us) of its run.ended
-        self._missing: dict[str, _Miss] = {}   # runs without a run.started
-        self._running: dict[str, _Miss] = {}   # runs without a run.ended
-        self._clock = clock
-        self._wall = wall
-        self._retry_s = retry_s
-
-    def known(self, run: str) -> RunStarted | None:
-        """The run's start event if it is already cached (no I/O)."""
-        return self._runs.get(run)
-
-    def remember(self, run: RunStarted) -> None:
-        self._runs[run.run] = run
-        self._missing.pop(run.run, None)
-
-    def remember_end(self, run: str, ended_us: int) -> None:
-        """The run ended: its run.ended was stored at ``ended_us`` (stream time)."""
-        if len(self._ends) > 10_000:
-            self._ends.clear()
-        self._ends[run] = ended_us
-        self._running.pop(run, None)
-
-    def _answers(self, miss: _Miss | None, published_us: int | None, precise: bool) -> bool:
-        """Whether a lookup that found nothing still answers for a message published at ``published_us``."""
-        if miss is None:
-            return False
-        if published_us is not None and published_us < miss.sent_us - CLOCK_MARGIN_US:
-            return True  # the message is older than the lookup: what was not there then was not there before
-        return not precise and miss.retry_at > self._clock()
-
-    def _missed(self, misses: dict[str, _Miss], run: str, sent_us: int) -> None:
-        if len(misses) > 10_000:
-            misses.clear()
-        misses[run] = _Miss(sent_us, self._clock() + self._retry_s)
-
-    async def get(self, run: str, published_us: int | None = None, precise: bool = False) -> RunStarted | None:
-        """The run's start event, or None when the run does not exist."""
-        known = self._runs.get(run)
-        if known is not None or not is_token(run):
-            return known
-        if self._answers(self._missing.get(run), published_us, precise):
-            return None
-        sent_us = int(self._wall() * 1_000_000)
-        try:
-            raw = await self._js.get_last_msg(stream_name("run"), f"troupe.{run}.run.started")
-        except NotFoundError:
-            self._missed(self._missing, run, sent_us)
-            return None
-        try:
-            event = codec.decode(raw.data or b"")
-        except DecodeError as exc:
-            log.warning("the run.started of %s cannot be read: %s", run, exc)
-            return None
-        if isinstance(event, RunStarted):
-            self._runs[run] = event
-            return event
-        return None
-
-    async def ended_at(self, run: str, published_us: int | None = None, precise: bool = False) -> int | None:
-        """The stream time (us) of the run's ``run.ended``, or None while it has not ended."""
-        ended = self._ends.get(run)
-        if ended is not None or not is_token(run):
-            return ended
-        if self._answers(self._running.get(run), published_us, precise):
-            return None
-        sent_us = int(self._wall() * 1_000_000)
-        try:
-            raw = await self._js.get_last_msg(stream_name("run"), f"troupe.{run}.run.ended")
-        except NotFoundError:
-            self._missed(self._running, run, sent_us)
-            return None
-        if raw.time is None:  # every stored message has a time; be safe: treat it as just now
-            ended = sent_us
-        else:
-            ended = (raw.time - _EPOCH) // datetime.timedelta(microseconds=1)
-        self.remember_end(run, ended)
-        return ended
+HOUSEKEEPING_S = 1.0  # how often held runs are checked for release
 
 
 class ActorRuntime:
@@ -260,6 +78,9 @@ class ActorRuntime:
         self.runs = runs or RunDirectory(js)
         self.clock = clock
         self.durable = durable or actor.name
+        self.lifecycle = RunLifecycle(settings.run_grace_s, settings.run_idle_s)
+        self.failure: str | None = None  # why the runtime gave up (a loop kept crashing)
+        self._failed = asyncio.Event()
         self._lock = asyncio.Lock()
         self._stopping = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -273,19 +94,16 @@ class ActorRuntime:
         self._processed = metrics.processed.labels(name)
         self._redelivered = metrics.redelivered.labels(name)
         self._handler_seconds = metrics.handler_seconds.labels(name)
+        self._runs_held = metrics.runs_held.labels(name)
         self._published: dict[str, Any] = {}
         self._hops: dict[str, Any] = {}
         # Scheduled actors: inputs wait here and are handled in batches of one role.
-        self._sched: RoleScheduler | None = None
-        if isinstance(actor, ScheduledActor):
-            self._sched = RoleScheduler(
-                PriorityPolicy(), actor.max_batch, actor.token_budget, fifo=settings.scheduler == "fifo",
-            )
-        self._working = 0
+        self._queue: WorkQueue[Delivery] | None = (
+            WorkQueue(actor, fifo=settings.scheduler == "fifo") if isinstance(actor, ScheduledActor) else None
+        )
         self._work_ready = asyncio.Event()
-        self._observed = 0
-        self._samples: dict[tuple[str, str], list[float]] = {}  # (run, input type | "handler") -> ms
-        self._queued_runs: set[str] = set()
+        self._batch_runs: set[str] = set()  # the runs of the batch being handled
+        self.observations = Observations(name, self.durable)
         self._started_ms = int(clock() * 1000)  # set again by start()
 
     def consumer_specs(self) -> list[ConsumerSpec]:
@@ -300,7 +118,7 @@ class ActorRuntime:
         ]
 
     async def start(self) -> ActorRuntime:
-        """Provision consumers and start the fetch loops (and the tick loop)."""
+        """Provision consumers and start the loops the actor's kind needs."""
         self._started_ms = int(self.clock() * 1000)
         specs = self.consumer_specs()
         await provision_consumers(self.js, specs)
@@ -308,12 +126,14 @@ class ActorRuntime:
             sub = await self.js.pull_subscribe_bind(spec.durable, spec.stream)
             self._subs.append(sub)
             self._spawn(functools.partial(self._fetch_loop, sub, spec), f"{self.actor.name}:fetch:{spec.family}")
-        if type(self.actor).tick is not Actor.tick:
-            self._spawn(self._tick_loop, f"{self.actor.name}:tick")
-        if self._sched is not None:
+        if isinstance(self.actor, ClockedActor):
+            self._spawn(functools.partial(self._tick_loop, self.actor), f"{self.actor.name}:tick")
+        if self._queue is not None:
             self._spawn(self._work_loop, f"{self.actor.name}:work")
         if self.actor.observed:
             self._spawn(self._observe_loop, f"{self.actor.name}:observe")
+        if not isinstance(self.actor, BatchActor):
+            self._spawn(self._housekeeping_loop, f"{self.actor.name}:runs")
         self._spawn(functools.partial(self._depth_loop, specs), f"{self.actor.name}:depth")
         return self
 
@@ -328,7 +148,8 @@ class ActorRuntime:
         self._tasks.append(asyncio.create_task(self._supervise(loop, name), name=name))
 
     async def _supervise(self, loop: Callable[[], Awaitable[None]], name: str) -> None:
-        """Run a loop; restart it if it crashes, at most ``RESTARTS`` times a minute."""
+        """Run a loop; restart it if it crashes, at most ``RESTARTS`` times a minute, then give up:
+        the runtime is failed (``failure`` says why) and its process should exit."""
         crashes: list[float] = []
         while not self._stopping.is_set():
             try:
@@ -336,15 +157,22 @@ class ActorRuntime:
                 return  # a loop returns only when the actor stops
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - a crash, told apart from a shutdown and restarted
+            except Exception as exc:  # noqa: BLE001 - a crash, told apart from a shutdown and restarted
                 now = time.monotonic()
                 crashes = [t for t in crashes if now - t < 60.0] + [now]
                 self.metrics.failed.labels(self.actor.name, "crash").inc()
                 if len(crashes) > RESTARTS:
                     log.exception("%s crashed %d times within a minute; giving up", name, len(crashes))
+                    self.failure = f"{name} crashed {len(crashes)} times within a minute: {type(exc).__name__}: {exc}"
+                    self._failed.set()
                     raise
                 log.exception("%s crashed; restarting", name)
                 await asyncio.sleep(0.1 * len(crashes))
+
+    async def failed(self) -> str:
+        """Wait until the runtime gives up on a crashing loop; the reason."""
+        await self._failed.wait()
+        return self.failure or "failed"
 
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Finish in-flight work (or nak it), then stop every loop."""
@@ -359,8 +187,8 @@ class ActorRuntime:
         for task in done:
             if not task.cancelled() and task.exception() is not None:
                 log.error("%s ended with %r", task.get_name(), task.exception())
-        if self._sched is not None:  # work that waited in the scheduler goes back to JetStream
-            for job in list(self._sched):
+        if self._queue is not None:  # work that waited in the scheduler goes back to JetStream
+            for job in list(self._queue.jobs()):
                 with contextlib.suppress(Exception):
                     await job.payload.msg.nak()
         for sub in self._subs:
@@ -387,6 +215,16 @@ class ActorRuntime:
         """True while every loop of this actor is running."""
         return bool(self._tasks) and not any(t.done() for t in self._tasks)
 
+    @property
+    def waiting(self) -> int:
+        """Inputs of a scheduled actor waiting in its queue or being handled (0 for the others)."""
+        return self._queue.waiting if self._queue is not None else 0
+
+    @property
+    def working(self) -> int:
+        """Inputs of a scheduled actor in the batch being handled now."""
+        return self._queue.working if self._queue is not None else 0
+
     async def pending(self) -> int:
         """Messages not yet handled and acked across this actor's consumers."""
         total = 0
@@ -399,7 +237,7 @@ class ActorRuntime:
 
     async def _fetch_loop(self, sub: Any, spec: ConsumerSpec) -> None:
         while not self._stopping.is_set():
-            room = min(self.settings.fetch_batch, self.settings.max_inflight - self._inflight - self._waiting())
+            room = min(self.settings.fetch_batch, self.settings.max_inflight - self._inflight - self.waiting)
             if room <= 0:
                 await asyncio.sleep(0.005)
                 continue
@@ -426,15 +264,15 @@ class ActorRuntime:
                     await self._undecodable(d, spec, error)
             batch = [d for d in deliveries if d.error is None and d.event is not None]
             if batch and isinstance(self.actor, BatchActor):
-                await self._consume_batch(batch)
+                await self._consume_batch(self.actor, batch, spec)
             else:
                 for d in batch:
-                    if self._sched is not None and await self._enqueue(d):
+                    if self._queue is not None and await self._enqueue(d):
                         continue
                     await self._handle(d)
             for d in deliveries:
                 if d.outputs and not d.queued:
-                    await self._publish(d, d.outputs)
+                    d.futures += await self._publish(d.outputs)
         await self._complete([d for d in deliveries if not d.queued])
 
     async def _complete(self, deliveries: list[Delivery]) -> None:
@@ -444,48 +282,33 @@ class ActorRuntime:
             await asyncio.wait(futures)
         acked = 0
         for d in deliveries:
-            failure = next((e for e in map(_failure, d.futures) if e is not None), None)
+            failure = next((e for e in map(publish_failure, d.futures) if e is not None), None)
             if failure is not None and d.error is None:
-                d.error = f"publish failed: {failure}"
+                d.fail(f"publish failed: {failure}")
             acked += await self._settle(d)
         if acked:
             self._processed.inc(acked)
 
     def _decode(self, d: Delivery, spec: ConsumerSpec) -> DecodeError | None:
-        """Decode a delivery (synchronously: the hot path); the error when it cannot be decoded."""
-        meta = d.meta = ack_metadata(d.msg)
-        if meta.delivered > 1:
+        error = decode(d, spec)
+        assert d.meta is not None
+        if d.meta.delivered > 1:
             self._redelivered.inc()
-        run = run_of(d.msg.subject) or "_"
-        defaults = {
-            "id": (d.msg.headers or {}).get("Nats-Msg-Id") or _message_key(spec, meta),
-            "run": run,
-            "at_ms": meta.timestamp_ns // 1_000_000,
-        }
-        try:
-            event = codec.decode(d.msg.data, defaults)
-            if event.run != run:
-                raise DecodeError(f"run {event.run!r} does not match the subject's run {run!r}", "run")
-            if event.type != type_of(d.msg.subject):  # e.g. a cue.issued sent as a danmaku
-                raise DecodeError(f"wrong event type {event.type!r} for this subject", "type")
-        except DecodeError as exc:
-            d.error, d.permanent = f"undecodable: {exc}", True
-            return exc
-        d.event = event
-        hop = self._hops.get(event.type)
-        if hop is None:
-            hop = self._hops[event.type] = self.metrics.hop_latency.labels(f"{event.type}>{self.actor.name}")
-        if event.at_ms:
+        event = d.event
+        if event is not None and event.at_ms:
+            hop = self._hops.get(event.type)
+            if hop is None:
+                hop = self._hops[event.type] = self.metrics.hop_latency.labels(f"{event.type}>{self.actor.name}")
             seconds = max(0.0, self.clock() - event.at_ms / 1000)
             hop.observe(seconds)
             d.hop_ms = seconds * 1000
-        return None
+        return error
 
     def _observe_input(self, d: Delivery) -> None:
         """Count an input the actor is given in its run's observations (never one it is not given:
         a playback, a run it does not join, a late input: nothing is observed into those)."""
         if self.actor.observed and d.hop_ms is not None and d.event is not None:
-            self._samples.setdefault((d.event.run, d.event.type), []).append(d.hop_ms)
+            self.observations.hop(d.event.run, d.event.type, d.hop_ms)
 
     async def _undecodable(self, d: Delivery, spec: ConsumerSpec, error: DecodeError) -> None:
         assert d.meta is not None
@@ -496,7 +319,7 @@ class ActorRuntime:
         ctx = await self.context(run)
         if ctx.run is not None and await self._late(run, d.meta):
             ctx = dataclasses.replace(ctx, ended=True)
-        key = _message_id(d.msg, _message_key(spec, d.meta))
+        key = message_id(d.msg, message_key(spec, d.meta))
         d.outputs.extend(self.actor.undecodable(key, d.msg.data, str(error), ctx))
 
     async def _late(self, run: str, meta: AckMetadata, precise: bool = False) -> bool:
@@ -541,7 +364,7 @@ class ActorRuntime:
         event = d.event
         ctx = await self.context(event.run)
         if ctx.run is None and not self.actor.accepts_unknown_runs and not isinstance(event, RunStarted):
-            d.error, d.permanent = f"unknown run {event.run!r}", True
+            d.fail(f"unknown run {event.run!r}", permanent=True)
             return
         if isinstance(event, RunStarted):
             self.runs.remember(event)
@@ -550,49 +373,61 @@ class ActorRuntime:
                 return
         elif isinstance(event, RunEnded):
             self.runs.remember_end(event.run, d.meta.timestamp_ns // 1000)
+            self.lifecycle.ended(event.run)
         elif ctx.run is not None and event.causation is None and await self._late(event.run, d.meta):
             ctx = dataclasses.replace(ctx, ended=True)  # an outside input after the end: a late one
         if ctx.run is not None and ctx.run.replay_of is not None and not self.actor.plays_replays:
             return
+        if ctx.run is not None and not ctx.ended:
+            self.lifecycle.touch(event.run)
         if not ctx.ended:
             self._observe_input(d)
-        outputs = await self._call([d], f"{event.type} {event.id}", self.actor.handle, event, ctx, observed=not ctx.ended)
-        if outputs is not FAILED:
-            d.outputs.extend(outputs)
-            self._tick_wakeup.set()
+        await self._call([d], f"{event.type} {event.id}", self.actor.handle, event, ctx, observed=not ctx.ended)
+        self._tick_wakeup.set()
 
     async def _call(
-        self, deliveries: list[Delivery], what: str, fn: Callable[..., Any], *args: Any, observed: bool = True,
-    ) -> Any:
-        """Run a handler (on the actor's worker thread when it blocks) and time it (in the run's
-        observations unless not ``observed``); when it raises, mark the deliveries failed (for good
-        on a HandlerError, else for a retry) and return FAILED."""
+        self, deliveries: list[Delivery], what: str, fn: Callable[..., Any], *args: Any,
+        observed: bool = True, batch: bool = False,
+    ) -> None:
+        """Run a handler (on the actor's worker thread when it blocks), take its outputs into the
+        deliveries (one iterable per delivery when ``batch``) and time it (in the run's observations
+        unless not ``observed``); when it raises, mark the deliveries failed: for good on a
+        HandlerError, else for a retry (what a generator published before it raised is published
+        again with the same ids on the retry, and dropped as a duplicate)."""
         started = time.perf_counter()
-        result: Any = FAILED
         try:
             result = await self._in_thread(fn, *args) if self.actor.blocking else fn(*args)
+            for d, outputs in zip(deliveries, result if batch else [result], strict=True):
+                await self._take(d, outputs)
         except HandlerError as exc:
             for d in deliveries:
-                d.error, d.permanent = str(exc), True
+                d.fail(str(exc), permanent=True)
         except Exception as exc:  # noqa: BLE001 - any handler failure is retried, then dead-lettered
             log.exception("%s failed on %s", self.actor.name, what)
             for d in deliveries:
-                d.error = f"{type(exc).__name__}: {exc}"
+                d.fail(f"{type(exc).__name__}: {exc}")
         elapsed = time.perf_counter() - started
         self._handler_seconds.observe(elapsed)
         if self.actor.observed and observed:
-            run = deliveries[0].event.run if deliveries[0].event is not None else "_"
-            self._samples.setdefault((run, "handler"), []).append(elapsed * 1000)
-        return result
+            self.observations.handler(deliveries[0].run, elapsed * 1000)
+
+    async def _take(self, d: Delivery, outputs: Iterable[Event]) -> None:
+        """Collect a handler's outputs; a generator's are published one by one as it yields them."""
+        if isinstance(outputs, list | tuple):
+            d.outputs.extend(outputs)
+            return
+        it = iter(outputs)
+        while True:
+            event = await self._in_thread(next, it, None) if self.actor.blocking else next(it, None)
+            if event is None:
+                return
+            d.futures += await self._publish([event])
 
     # -- scheduled actors -----------------------------------------------------
 
-    def _waiting(self) -> int:
-        return len(self._sched) + self._working if self._sched is not None else 0
-
     async def _enqueue(self, d: Delivery) -> bool:
         """Queue a delivery in the scheduler; False when it is to be handled at once."""
-        assert d.event is not None and self._sched is not None and isinstance(self.actor, ScheduledActor)
+        assert d.event is not None and self._queue is not None and isinstance(self.actor, ScheduledActor)
         event = d.event
         ctx = await self.context(event.run)
         if ctx.run is None or isinstance(event, RunStarted):
@@ -603,12 +438,8 @@ class ActorRuntime:
         if work is None:
             return False
         now = int(self.clock() * 1000)
-        deadline = ctx.run.started_at_ms + work.deadline_ms if work.deadline_ms else 0
-        self._sched.add(Job(
-            key=id(d), role=work.role, arrival_ms=now, tokens=work.tokens,
-            weight=self._sched.policy.weight(work.weight), deadline_ms=deadline,
-            batch_key=(event.run, work.role, work.batch_key), payload=d,
-        ))
+        self._queue.add(id(d), d, work, ctx, event.run, now)
+        self.lifecycle.touch(event.run)
         d.queued, d.progress_ms = True, now
         self._observe_input(d)
         self._work_ready.set()
@@ -616,49 +447,48 @@ class ActorRuntime:
 
     async def _work_loop(self) -> None:
         """Run the scheduler's batches; priorities are looked at again at least every 50 ms."""
-        assert self._sched is not None and isinstance(self.actor, ScheduledActor)
-        sched, actor = self._sched, self.actor
+        assert self._queue is not None and isinstance(self.actor, ScheduledActor)
+        queue, actor = self._queue, self.actor
         while not self._stopping.is_set():
-            if not len(sched):
+            if not len(queue):
                 self._work_ready.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._work_ready.wait(), 0.05)
             now = int(self.clock() * 1000)
-            for job in sched.expired(now):
-                d: Delivery = job.payload
+            for d in queue.expired(now):
                 assert d.event is not None
                 async with self._lock:
                     ctx = await self.context(d.event.run)
                     d.outputs.extend(actor.expired(d.event, ctx))
-                    await self._publish(d, d.outputs)
+                    d.futures += await self._publish(d.outputs)
                 await self._complete([d])
-            batch = sched.next_batch(now)
-            if not batch:
+            ready = queue.next_batch(now)
+            if ready is None:
                 continue
-            deliveries: list[Delivery] = [job.payload for job in batch]
-            self._working = len(deliveries)
+            role, deliveries = ready
+            queue.working = len(deliveries)
+            self._batch_runs = {d.run for d in deliveries}
             try:
-                await self._run_batch(deliveries)
+                await self._run_batch(actor, deliveries)
             finally:
-                self._working = 0
-            sched.served(batch[0].role, int(self.clock() * 1000))
+                queue.working = 0
+                self._batch_runs = set()
+            queue.served(role, int(self.clock() * 1000))
 
-    async def _run_batch(self, deliveries: list[Delivery]) -> None:
-        assert isinstance(self.actor, ScheduledActor)
+    async def _run_batch(self, actor: ScheduledActor, deliveries: list[Delivery]) -> None:
         events = [d.event for d in deliveries if d.event is not None]
         # Not under the lock: fetching and queueing go on while a batch runs.  The actor's
         # state is still touched by one caller at a time: blocking actors run everything on
         # their one worker thread, the others on the event loop.
         ctx = await self.context(events[0].run)
-        outputs = await self._call(deliveries, f"a batch of {len(events)}", self.actor.handle_batch, events, ctx)
-        if outputs is not FAILED:
-            for d, out in zip(deliveries, outputs, strict=True):
-                d.outputs.extend(out)
+        await self._call(deliveries, f"a batch of {len(events)}", actor.handle_batch, events, ctx, batch=True)
         async with self._lock:
             for d in deliveries:
                 if d.outputs:
-                    await self._publish(d, d.outputs)
+                    d.futures += await self._publish(d.outputs)
         await self._complete(deliveries)
+
+    # -- observations ---------------------------------------------------------
 
     async def _observe_loop(self) -> None:
         """Every second, per run: hop latency and handler time p99, and for scheduled actors the
@@ -669,54 +499,32 @@ class ActorRuntime:
             await self._observe(int(self.clock() * 1000))
 
     async def _observe(self, now_ms: int) -> None:
-        samples, self._samples = self._samples, {}
-        rows: list[tuple[str, str, float, str]] = []  # run, metric, value, source
-        for (run, what), values in samples.items():
-            p99 = nearest_rank(sorted(values), 99)
-            if what == "handler":
-                rows.append((run, "handler_ms", p99, self.actor.name))
-            else:
-                rows.append((run, "hop_latency_ms", p99, f"{what}>{self.actor.name}"))
-        if self._sched is not None:
-            depth: dict[str, int] = {}
-            oldest: dict[tuple[str, str], int] = {}
+        rows = self.observations.rows()
+        if self._queue is not None:
+            waiting = []
             keep_alive = []
-            for job in self._sched:
+            for job in self._queue.jobs():
                 d: Delivery = job.payload
-                run = d.event.run if d.event is not None else "_"
-                depth[run] = depth.get(run, 0) + 1
-                oldest[run, job.role] = min(oldest.get((run, job.role), job.arrival_ms), job.arrival_ms)
+                waiting.append((d.run, job.role, job.arrival_ms))
                 if now_ms - d.progress_ms > self.settings.ack_wait_s * 1000 / 3:
                     d.progress_ms = now_ms
                     keep_alive.append(d.msg)
             for msg in keep_alive:  # long waits in the queue must not be redelivered
                 with contextlib.suppress(Exception):
                     await msg.in_progress()
-            capacity = max(1, self.settings.max_inflight)
-            for run in depth.keys() | self._queued_runs:  # and once more at 0 when a queue empties
-                n = depth.get(run, 0)
-                rows += [(run, "queue_depth", float(n), self.actor.name), (run, "buffer_fill", n / capacity, self.actor.name)]
-            rows += [(run, "role_wait_ms", float(now_ms - at), f"{self.actor.name}:{role}") for (run, role), at in oldest.items()]
-            self._queued_runs = set(depth)
-        out: list[Event] = []
-        self._observed += 1
-        for run, metric, value, source in rows:
-            known = self.runs.known(run)
-            if known is None or not is_token(run) or known.replay_of is not None:
-                continue  # a playback is what was recorded: nothing is observed into it
-            out.append(QosObserved(
-                id=derive_id(f"{self.durable}:{run}:{_INSTANCE}", f"{metric}:{source}:{self._observed}"), run=run,
-                t_ms=now_ms - known.started_at_ms, metric=metric, value=round(value, 3), source=source,
-            ))
+            rows += self.observations.queue_rows(now_ms, waiting, self.settings.max_inflight)
+        known = {run: self.runs.known(run) for run, *_ in rows}
+        out = self.observations.events(rows, known, now_ms)
         if out:
-            await asyncio.gather(*await self._publish(None, out), return_exceptions=True)
+            await asyncio.gather(*await self._publish(out), return_exceptions=True)
 
-    async def _arrivals(self, batch: list[Delivery]) -> list[Arrival]:
+    # -- whole batches (the recorder) -----------------------------------------
+
+    async def _arrivals(self, actor: BatchActor, batch: list[Delivery], spec: ConsumerSpec) -> list[Arrival]:
         """The batch with each event's run; a producer event also learns whether its run existed and
         had not ended when it was published (one lookup per run and batch at most, never trusting
         a cached "not there" for a message newer than the lookup: what the director answers
         "late" must never be stored)."""
-        assert isinstance(self.actor, BatchActor)
         newest: dict[str, int] = {}
         for d in batch:
             assert d.event is not None and d.meta is not None
@@ -724,7 +532,7 @@ class ActorRuntime:
                 self.runs.remember(d.event)
             elif isinstance(d.event, RunEnded):
                 self.runs.remember_end(d.event.run, d.meta.timestamp_ns // 1000)
-            elif d.event.type in self.actor.producer_types:
+            elif d.event.type in actor.producer_types:
                 newest[d.event.run] = max(newest.get(d.event.run, 0), d.meta.timestamp_ns // 1000)
         lifecycle: dict[str, tuple[RunStarted | None, int | None]] = {}
         for run, published_us in newest.items():  # a failed lookup fails the batch: it is retried
@@ -737,36 +545,36 @@ class ActorRuntime:
         for d in batch:
             assert d.event is not None and d.meta is not None
             run = d.event.run
-            if run in lifecycle and d.event.type in self.actor.producer_types:
+            if run in lifecycle and d.event.type in actor.producer_types:
                 started, ended = lifecycle[run]
                 late = ended is not None and d.meta.timestamp_ns // 1000 > ended
                 ctx = Context(started, 0, ended=late)
             else:
                 ctx = Context(self.runs.known(run), 0)
-            out.append(Arrival(d.event, d.msg, d.meta, ctx))
+            out.append(Arrival(
+                d.event, d.msg.data, d.msg.subject, d.msg.headers, spec.stream, spec.durable, d.meta.stream_seq, ctx,
+            ))
         return out
 
-    async def _consume_batch(self, batch: list[Delivery]) -> None:
-        assert isinstance(self.actor, BatchActor)
+    async def _consume_batch(self, actor: BatchActor, batch: list[Delivery], spec: ConsumerSpec) -> None:
         try:
-            items = await self._arrivals(batch)
-            await self._in_thread(self.actor.consume_batch, items)
+            items = await self._arrivals(actor, batch, spec)
+            await self._in_thread(actor.consume_batch, items)
         except Exception as exc:  # noqa: BLE001 - the whole batch is retried
             log.exception("%s batch failed", self.actor.name)
             for d in batch:
-                d.error = f"{type(exc).__name__}: {exc}"
+                d.fail(f"{type(exc).__name__}: {exc}")
 
-    async def _publish(self, d: Delivery | None, outputs: Sequence[Event]) -> list[asyncio.Future[Any]]:
+    # -- publishing and settling ----------------------------------------------
+
+    async def _publish(self, outputs: Sequence[Event]) -> list[asyncio.Future[Any]]:
         futures = []
         for event in outputs:
-            future = await publish_event(self.js, event, at_ms=int(self.clock() * 1000))
-            futures.append(future)
+            futures.append(await publish_event(self.js, event, at_ms=int(self.clock() * 1000)))
             counter = self._published.get(event.type)
             if counter is None:
                 counter = self._published[event.type] = self.metrics.published.labels(self.actor.name, event.type)
             counter.inc()
-        if d is not None:
-            d.futures = futures
         return futures
 
     async def _settle(self, d: Delivery) -> int:
@@ -796,7 +604,7 @@ class ActorRuntime:
             actor=self.actor.name, subject=d.msg.subject, reason=d.error or "unknown",
             deliveries=deliveries, stream_seq=seq, raw=d.msg.data,
         )
-        futures = await self._publish(None, [letter])
+        futures = await self._publish([letter])
         results = await asyncio.gather(*futures, return_exceptions=True)
         if any(isinstance(r, BaseException) for r in results):
             await d.msg.nak(delay=self.settings.nak_backoff_s)  # keep it: nothing may be lost
@@ -806,9 +614,9 @@ class ActorRuntime:
 
     # -- clocked actors -------------------------------------------------------
 
-    async def _tick_loop(self) -> None:
+    async def _tick_loop(self, actor: ClockedActor) -> None:
         while not self._stopping.is_set():
-            due = self._next_due()
+            due = next_due(actor)
             now = self.clock()
             if due is None or due[0] > now:
                 wait = 0.5 if due is None else min(0.5, due[0] - now)
@@ -820,28 +628,58 @@ class ActorRuntime:
             async with self._lock:
                 ctx = Context(run, int(self.clock() * 1000) - run.started_at_ms)
                 try:
-                    if self.actor.blocking or self.actor.blocking_tick:
-                        outputs = await self._in_thread(self.actor.tick, ctx)
+                    if actor.blocking or actor.blocking_tick:
+                        outputs = await self._in_thread(_ticked, actor, ctx)
                     else:
-                        outputs = self.actor.tick(ctx)
+                        outputs = list(actor.tick(ctx))
                 except Exception:  # noqa: BLE001 - a failed tick is logged; the clock goes on
-                    log.exception("%s tick failed", self.actor.name)
+                    log.exception("%s tick failed", actor.name)
                     outputs = []
-                futures = await self._publish(None, outputs)
+                futures = await self._publish(outputs)
             for result in await asyncio.gather(*futures, return_exceptions=True):
                 if isinstance(result, BaseException):
-                    log.error("%s: a ticked event was not stored: %s", self.actor.name, result)
+                    log.error("%s: a ticked event was not stored: %s", actor.name, result)
 
-    def _next_due(self) -> tuple[float, RunStarted] | None:
-        best: tuple[float, RunStarted] | None = None
-        for run in self.actor.active_runs():
-            show_ms = self.actor.next_tick(run.run)
-            if show_ms is None:
-                continue
-            wall = (run.started_at_ms + show_ms) / 1000
-            if best is None or wall < best[0]:
-                best = (wall, run)
-        return best
+    # -- runs held, queue depth -------------------------------------------------
+
+    def _busy(self, run: str) -> bool:
+        """Whether the actor still has work for a run: queued inputs, or a tick to come."""
+        if run in self._batch_runs:
+            return True
+        if self._queue is not None and any(job.payload.run == run for job in self._queue.jobs()):
+            return True
+        return isinstance(self.actor, ClockedActor) and self.actor.next_tick(run) is not None
+
+    async def _housekeeping_loop(self) -> None:
+        """Release the state of runs that ended (a grace period ago) or went idle."""
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), HOUSEKEEPING_S)
+            await self.housekeeping()
+
+    async def housekeeping(self) -> list[str]:
+        """One round of run releases; the runs released."""
+        for run in self.lifecycle.open_runs():
+            try:
+                if await self.runs.ended_at(run) is not None:
+                    self.lifecycle.ended(run)
+            except Exception as exc:  # noqa: BLE001 - a failed lookup: asked again next round
+                log.warning("run.ended lookup %s failed: %s", run, exc)
+        released = []
+        async with self._lock:
+            for run in self.lifecycle.due(self._busy):
+                if self.actor.blocking or isinstance(self.actor, ClockedActor) and self.actor.blocking_tick:
+                    await self._in_thread(self.actor.release, run)
+                else:
+                    self.actor.release(run)
+                self.lifecycle.release(run)
+                self.observations.forget(run)
+                self.runs.forget(run)
+                released.append(run)
+        self._runs_held.set(len(self.lifecycle))
+        if released:
+            trim_heap()
+        return released
 
     async def _depth_loop(self, specs: list[ConsumerSpec]) -> None:
         while not self._stopping.is_set():
@@ -851,3 +689,24 @@ class ActorRuntime:
                     self.metrics.queue_depth.labels(self.actor.name, spec.stream).set(info.num_pending or 0)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), 2.0)
+
+
+def _ticked(actor: ClockedActor, ctx: Context) -> list[Event]:
+    return list(actor.tick(ctx))
+
+
+def _libc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL("libc.so.6").malloc_trim  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None  # not glibc: nothing to trim
+
+
+_TRIM = _libc_trim()
+
+
+def trim_heap() -> None:
+    """Give freed memory back to the system (glibc keeps the pages of freed blocks, so a worker's
+    size would stay at its busiest moment's after the runs it served were released)."""
+    if _TRIM is not None:
+        _TRIM(0)

@@ -1,0 +1,180 @@
+"""The backend seam: what the llm, tts and render actors need from a model, as protocols and
+neutral value types.
+
+A backend module imports this module (and its own libraries), never an actor, so that a
+new backend is one module and one line in ``actors.backends.registry``.  A backend may
+subclass its protocol to inherit the default batch method, and raises a ``BackendError``
+(or a subclass) for what it cannot do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from events.errors import BackendError
+from events.show import RESOLUTIONS
+
+__all__ = [
+    "RESOLUTIONS", "BackendError", "Persona", "Phoneme", "Prompt", "ReplyWriter", "RoleLook", "RoleState", "Speaker", "Speech",
+    "StageDrawer", "Voice",
+]
+
+# -- replies (llm) -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Persona:
+    """Who is speaking: role id, display name, persona text, language and topic keywords."""
+
+    role: str
+    name: str
+    persona: str
+    language: str
+    keywords: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """One request: cue id, viewer name, viewer comment and how many viewers said it.
+
+    ``seed`` is the run's seed (the actor always sets it): the same seed, persona and prompt
+    give the same reply where the backend can promise it; None leaves it to the backend.
+    """
+
+    cue_id: str
+    user: str
+    text: str
+    merged: int = 1
+    seed: int | None = None
+
+
+class ReplyWriter(Protocol):
+    """Writes a role's reply to a comment, streamed one sentence at a time.
+
+    Built once per process with no arguments (``Class()``).  ``name`` is recorded in
+    ``utterance.completed``.  Each sentence is one chunk of text for TTS; the actor cuts the
+    stream at the stage's room for the reply (``TROUPE_LLM_MAX_SENTENCES``) and closes it.
+    """
+
+    name: str  # the backend's name, e.g. "scripted"
+
+    def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
+        """The reply's sentences, each yielded as soon as it is written."""
+        ...
+
+    def write_batch(self, persona: Persona, prompts: Sequence[Prompt]) -> list[Iterator[str]]:
+        """The replies of one role to a batch of prompts, in order, in one call (a batching
+        model decodes them together); by default each on its own."""
+        return [self.stream(persona, prompt) for prompt in prompts]
+
+
+# -- speech (tts) --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Voice:
+    """How to speak: language ("en" or "zh"), a backend's variant name, pitch (0..100, 50 is
+    the voice's own) and rate (words a minute).  Each backend checks what it can speak."""
+
+    language: str
+    variant: str | None = None
+    pitch: int = 50
+    rate: int = 175
+
+
+@dataclass(frozen=True, slots=True)
+class Phoneme:
+    """One IPA phoneme label and where it sits in the returned audio."""
+
+    ipa: str
+    start_ms: int
+    end_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Speech:
+    """Synthesised audio (s16le mono) with its phoneme timeline."""
+
+    pcm: bytes
+    sample_rate: int
+    phonemes: tuple[Phoneme, ...]
+
+    @property
+    def duration_ms(self) -> int:
+        """Audio length in whole milliseconds (floored)."""
+        return len(self.pcm) // 2 * 1000 // self.sample_rate
+
+
+class Speaker(Protocol):
+    """Speaks text in a voice: PCM plus the timing of every phoneme (lip-sync is placed from
+    those timings, so they are part of the contract: in order, within the audio, covering
+    pauses with ``"_"``).  Built once per process with no arguments (``Class()``)."""
+
+    name: str  # the backend's name, e.g. "espeak"
+
+    def speak(self, text: str, voice: Voice) -> Speech:
+        """The speech of one text; empty text gives empty speech."""
+        ...
+
+    def speak_batch(self, texts: Sequence[str], voice: Voice) -> list[Speech]:
+        """The speech of a batch of texts in one voice, in order, in one call; by default
+        each on its own."""
+        return [self.speak(text, voice) for text in texts]
+
+
+# -- the stage (render) ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RoleLook:
+    """How one role looks on stage."""
+
+    role: str
+    name: str
+    color: str
+    shape: str = "round"
+
+
+@dataclass(frozen=True, slots=True)
+class RoleState:
+    """What one role does in one frame."""
+
+    role: str
+    viseme: str
+    speaking: bool
+
+
+class StageDrawer(Protocol):
+    """Draws one run's stage: built per run as ``Class(looks, resolution, device=..., seed=...)``.
+
+    ``draw`` must be a pure function of its arguments and the constructor's (re-execution and
+    export draw recorded runs again); ``scene_key`` names what a picture shows, so that an
+    unchanged stage is encoded once.
+    """
+
+    @property
+    def size(self) -> tuple[int, int]:
+        """(width, height) of the current resolution."""
+        ...
+
+    def set_resolution(self, resolution: str) -> None:
+        """Draw the next frames at another of ``RESOLUTIONS``."""
+        ...
+
+    def scene_key(self, t_ms: int, states: Sequence[RoleState], subtitle: str | None) -> tuple[Hashable, ...]:
+        """Equal for two frames whose pictures are equal."""
+        ...
+
+    def draw(self, t_ms: int, states: Sequence[RoleState], subtitle: str | None) -> Any:
+        """The picture of the stage at ``t_ms`` (whatever ``encode`` takes)."""
+        ...
+
+    def encode(self, picture: Any, quality: int) -> bytes:
+        """A drawn picture as JPEG."""
+        ...
+
+    def memory_fraction(self) -> float | None:
+        """The share of its device's memory the drawer holds; None when not on a GPU."""
+        ...

@@ -1,0 +1,108 @@
+"""Which backend a name stands for: one table per kind of model work, chosen by the settings
+(``TROUPE_LLM_BACKEND``, ``TROUPE_TTS_BACKEND``, ``TROUPE_RENDER_DEVICE``) and per role by the
+show file (``voice.backend``).
+
+A backend is named ``"module:Class"`` and imported only when chosen, so a tts process never
+imports torch.  Adding a backend is one module (see ``protocols``) and one line in a table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final, cast
+
+from actors.backends.protocols import ReplyWriter, RoleLook, Speaker, StageDrawer
+from events.show import Show
+from infra.settings import Settings, SettingsError
+
+# name -> "module:Class" (or the class itself); the first line of each table is the default.
+LLM: Final[Mapping[str, str]] = MappingProxyType({
+    "scripted": "actors.backends.llm_scripted:ScriptedLLM",
+})
+TTS: Final[Mapping[str, str]] = MappingProxyType({
+    "espeak": "actors.backends.tts_espeak:EspeakTTS",
+})
+RENDER: Final[Mapping[str, str]] = MappingProxyType({
+    "torch": "actors.backends.render_torch:StageRenderer",
+})
+
+Target = str | Callable[..., Any]
+
+
+class UnknownBackendError(SettingsError):
+    """A setting or a show names a backend that no table holds."""
+
+
+@dataclass(frozen=True, slots=True)
+class Backends:
+    """The backend tables: builds the backend a name stands for.  ``BACKENDS`` holds the tables
+    above; ``with_llm``/``with_tts`` give a copy with one more (a test, an embedding app)."""
+
+    llm: Mapping[str, Target] = field(default_factory=lambda: LLM)
+    tts: Mapping[str, Target] = field(default_factory=lambda: TTS)
+    render: Mapping[str, Target] = field(default_factory=lambda: RENDER)
+
+    def with_llm(self, name: str, target: Target) -> Backends:
+        """These tables with one more reply writer."""
+        return dataclasses.replace(self, llm=MappingProxyType({**self.llm, name: target}))
+
+    def with_tts(self, name: str, target: Target) -> Backends:
+        """These tables with one more speaker."""
+        return dataclasses.replace(self, tts=MappingProxyType({**self.tts, name: target}))
+
+    def reply_writer(self, name: str) -> ReplyWriter:
+        """A new reply writer of backend ``name`` (``TROUPE_LLM_BACKEND``)."""
+        return cast(ReplyWriter, _load(self.llm, name, "TROUPE_LLM_BACKEND")())
+
+    def speaker(self, name: str, role: str | None = None) -> Speaker:
+        """A new speaker of backend ``name`` (``TROUPE_TTS_BACKEND``, or the ``voice.backend`` of ``role``)."""
+        return cast(Speaker, _load(self.tts, name, _voice_backend(role))())
+
+    def stage_drawer(self, looks: Sequence[RoleLook], resolution: str, *, seed: int, device: str = "cpu",
+                     name: str = "torch") -> StageDrawer:
+        """A new drawer of one run's stage on ``device`` (``cpu``, ``cuda``, ``cuda:N``)."""
+        cls = _load(self.render, name, "render backend")
+        return cast(StageDrawer, cls(looks, resolution, device=device, seed=seed))
+
+    def check(self, settings: Settings, show: Show | None = None) -> None:
+        """Raise UnknownBackendError (one line) for a backend name the tables do not hold."""
+        _known(self.llm, settings.llm_backend, "TROUPE_LLM_BACKEND")
+        _known(self.tts, settings.tts_backend, "TROUPE_TTS_BACKEND")
+        for role in show.roles if show is not None else ():
+            if role.voice_backend is not None:
+                _known(self.tts, role.voice_backend, _voice_backend(role.id))
+
+
+BACKENDS: Final = Backends()
+
+
+def render_device(setting: str) -> str:
+    """The torch device of ``TROUPE_RENDER_DEVICE``: ``auto`` is CUDA when there is one, else CPU."""
+    if setting != "auto":
+        return setting
+    import torch  # only a render process asks
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _voice_backend(role: str | None) -> str:
+    return "TROUPE_TTS_BACKEND" if role is None else f"voice.backend of role {role!r}:"
+
+
+def _known(table: Mapping[str, Target], name: str, what: str) -> None:
+    if name not in table:
+        raise UnknownBackendError(f"unknown {what} {name!r} (available: {', '.join(table)})")
+
+
+def _load(table: Mapping[str, Target], name: str, what: str) -> Callable[..., Any]:
+    """The class (or factory) a table names, imported now."""
+    _known(table, name, what)
+    target = table[name]
+    if not isinstance(target, str):
+        return target
+    module, _, attr = target.partition(":")
+    return cast(Callable[..., Any], getattr(importlib.import_module(module), attr))

@@ -1,0 +1,192 @@
+"""Runs as a runtime sees them: each run's start and end (looked up and cached), and how long an
+actor keeps a run's state (opened by its first input, released after it ended or went idle)."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from events import codec
+from events.errors import DecodeError
+from events.run import RunStarted
+from events.subjects import is_token, stream_name
+
+log = logging.getLogger(__name__)
+Clock = Callable[[], float]
+# A message published this long before a lookup that found no run.started / run.ended is
+# covered by that lookup: room for the NATS server's clock against this process's clock.
+CLOCK_MARGIN_US = 1_000_000
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+@dataclass(slots=True)
+class _Miss:
+    """A lookup that found nothing: when it was sent, and when to look again at the latest."""
+
+    sent_us: int       # wall clock
+    retry_at: float    # the directory's clock
+
+
+class RunDirectory:
+    """Looks up and caches each run's ``run.started`` and ``run.ended`` from the run stream.
+
+    A found event is kept (a run never un-starts or un-ends).  A lookup that found
+    nothing answers for ``retry_s``: a flood of inputs for a missing (or still running)
+    run must not become a flood of lookups.  It answers for good for a message
+    published before it was sent; ``precise`` callers (the recorder) look again for
+    a newer one instead of trusting it.
+    """
+
+    def __init__(
+        self, js: JetStreamContext, clock: Clock = time.monotonic, retry_s: float = 1.0, wall: Clock = time.time,
+    ) -> None:
+        self._js = js
+        self._runs: dict[str, RunStarted] = {}
+        self._ends: dict[str, int] = {}        # run -> stream time (us) of its run.ended
+        self._missing: dict[str, _Miss] = {}   # runs without a run.started
+        self._running: dict[str, _Miss] = {}   # runs without a run.ended
+        self._clock = clock
+        self._wall = wall
+        self._retry_s = retry_s
+
+    def known(self, run: str) -> RunStarted | None:
+        """The run's start event if it is already cached (no I/O)."""
+        return self._runs.get(run)
+
+    def remember(self, run: RunStarted) -> None:
+        self._runs[run.run] = run
+        self._missing.pop(run.run, None)
+
+    def forget(self, run: str) -> None:
+        """Drop a released run's start (looked up again if it is ever asked for); its end is kept,
+        bounded, to answer late inputs."""
+        self._runs.pop(run, None)
+
+    def remember_end(self, run: str, ended_us: int) -> None:
+        """The run ended: its run.ended was stored at ``ended_us`` (stream time)."""
+        if len(self._ends) > 10_000:
+            self._ends.clear()
+        self._ends[run] = ended_us
+        self._running.pop(run, None)
+
+    def _answers(self, miss: _Miss | None, published_us: int | None, precise: bool) -> bool:
+        """Whether a lookup that found nothing still answers for a message published at ``published_us``."""
+        if miss is None:
+            return False
+        if published_us is not None and published_us < miss.sent_us - CLOCK_MARGIN_US:
+            return True  # the message is older than the lookup: what was not there then was not there before
+        return not precise and miss.retry_at > self._clock()
+
+    def _missed(self, misses: dict[str, _Miss], run: str, sent_us: int) -> None:
+        if len(misses) > 10_000:
+            misses.clear()
+        misses[run] = _Miss(sent_us, self._clock() + self._retry_s)
+
+    async def get(self, run: str, published_us: int | None = None, precise: bool = False) -> RunStarted | None:
+        """The run's start event, or None when the run does not exist."""
+        known = self._runs.get(run)
+        if known is not None or not is_token(run):
+            return known
+        if self._answers(self._missing.get(run), published_us, precise):
+            return None
+        sent_us = int(self._wall() * 1_000_000)
+        try:
+            raw = await self._js.get_last_msg(stream_name("run"), f"troupe.{run}.run.started")
+        except NotFoundError:
+            self._missed(self._missing, run, sent_us)
+            return None
+        try:
+            event = codec.decode(raw.data or b"")
+        except DecodeError as exc:
+            log.warning("the run.started of %s cannot be read: %s", run, exc)
+            return None
+        if isinstance(event, RunStarted):
+            self._runs[run] = event
+            return event
+        return None
+
+    async def ended_at(self, run: str, published_us: int | None = None, precise: bool = False) -> int | None:
+        """The stream time (us) of the run's ``run.ended``, or None while it has not ended."""
+        ended = self._ends.get(run)
+        if ended is not None or not is_token(run):
+            return ended
+        if self._answers(self._running.get(run), published_us, precise):
+            return None
+        sent_us = int(self._wall() * 1_000_000)
+        try:
+            raw = await self._js.get_last_msg(stream_name("run"), f"troupe.{run}.run.ended")
+        except NotFoundError:
+            self._missed(self._running, run, sent_us)
+            return None
+        if raw.time is None:  # every stored message has a time; be safe: treat it as just now
+            ended = sent_us
+        else:
+            ended = (raw.time - _EPOCH) // datetime.timedelta(microseconds=1)
+        self.remember_end(run, ended)
+        return ended
+
+
+@dataclass(slots=True)
+class _Held:
+    last_s: float                  # when an input of the run was last handled (lifecycle clock)
+    ended_s: float | None = None   # when the runtime learnt that the run ended
+
+
+class RunLifecycle:
+    """Which runs an actor holds state for, and when to release each.
+
+    A run is opened by its first input and released ``grace_s`` after the runtime
+    learns that it ended (late inputs and the actor's own last work still find its
+    state), or once it has been idle for ``idle_s`` (a run that never ended).  The
+    clock is a parameter: the rule is tested without NATS or waiting.
+    """
+
+    def __init__(self, grace_s: float, idle_s: float, clock: Clock = time.monotonic) -> None:
+        self.grace_s = grace_s
+        self.idle_s = idle_s
+        self._clock = clock
+        self._held: dict[str, _Held] = {}
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def __contains__(self, run: str) -> bool:
+        return run in self._held
+
+    def touch(self, run: str) -> None:
+        """An input of the run was handled (opens the run the first time)."""
+        held = self._held.get(run)
+        if held is None:
+            self._held[run] = _Held(self._clock())
+        else:
+            held.last_s = self._clock()
+
+    def ended(self, run: str) -> None:
+        held = self._held.get(run)
+        if held is not None and held.ended_s is None:
+            held.ended_s = self._clock()
+
+    def open_runs(self) -> list[str]:
+        """Held runs not yet known to have ended."""
+        return [run for run, held in self._held.items() if held.ended_s is None]
+
+    def due(self, busy: Callable[[str], bool] = lambda run: False) -> list[str]:
+        """Runs to release now: ended ``grace_s`` ago, or idle ``idle_s``; never one still ``busy``
+        (with queued work or a tick to come), unless it has been idle for ``idle_s``."""
+        now = self._clock()
+        out = []
+        for run, held in self._held.items():
+            idle = now - held.last_s >= self.idle_s
+            ended = held.ended_s is not None and now - held.ended_s >= self.grace_s
+            if idle or (ended and not busy(run)):
+                out.append(run)
+        return out
+
+    def release(self, run: str) -> None:
+        self._held.pop(run, None)

@@ -108,6 +108,10 @@ class Actor:
         """Forget a run: it ended (a grace period ago) or has been idle too long.  An actor that
         keeps state per run drops it here, so a long-lived worker does not grow with every run."""
 
+    def holds(self, run: str) -> bool:
+        """Whether the actor keeps any state for a run (False once it is released)."""
+        return False
+
     def close(self) -> None:
         """Release resources (files, models) at shutdown."""
 

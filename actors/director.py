@@ -167,6 +167,9 @@ class Director(ClockedActor):
             t_ms=ctx.now_ms, reason=code, detail=detail, text=sample,
         )]
 
+    def holds(self, run: str) -> bool:
+        return run in self._runs
+
     def release(self, run: str) -> None:
         self._runs.pop(run, None)
 

@@ -95,6 +95,9 @@ class LipsyncActor(Actor):
         self.lead_ms = lead_ms
         self._stages: dict[str, _Stage] = {}
 
+    def holds(self, run: str) -> bool:
+        return run in self._stages
+
     def release(self, run: str) -> None:
         self._stages.pop(run, None)
 

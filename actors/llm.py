@@ -88,6 +88,9 @@ class LLMActor(ScheduledActor):
             reason=f"deadline passed {ctx.now_ms - event.deadline_ms} ms ago while the cue waited",
         )]
 
+    def holds(self, run: str) -> bool:
+        return any(run in per_run for per_run in (self._shows, self.factors, self.windows, self._held))
+
     def release(self, run: str) -> None:
         for per_run in (self._shows, self.factors, self.windows, self._held):
             per_run.pop(run, None)

@@ -74,6 +74,9 @@ class QosActor(Actor):
             )
         return state
 
+    def holds(self, run: str) -> bool:
+        return run in self._runs
+
     def release(self, run: str) -> None:
         self._runs.pop(run, None)
 

@@ -101,6 +101,9 @@ class RenderActor(ClockedActor):
         self.drawers: Drawers = drawers or BACKENDS.stage_drawer
         self._shows: dict[str, _Show] = {}
 
+    def holds(self, run: str) -> bool:
+        return run in self._shows
+
     def release(self, run: str) -> None:
         self._shows.pop(run, None)  # its drawer, sprite caches, memo, tracks
 

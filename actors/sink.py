@@ -311,6 +311,9 @@ class SinkActor(ClockedActor):
         mux.spent.clear()
         mux.last_frame = None
 
+    def holds(self, run: str) -> bool:
+        return run in self._muxes or run in self.finished
+
     def release(self, run: str) -> None:
         """Forget a run; a video still open (a run that never ended) is finished with what it has."""
         mux = self._muxes.pop(run, None)

@@ -76,6 +76,9 @@ class TTSActor(ScheduledActor):
             reason=f"deadline passed {ctx.now_ms - event.deadline_ms} ms ago before it was spoken",
         )]
 
+    def holds(self, run: str) -> bool:
+        return run in self._shows or run in self.factors
+
     def release(self, run: str) -> None:
         self._shows.pop(run, None)
         self.factors.pop(run, None)

@@ -146,6 +146,6 @@ def test_release_forgets_everything_of_a_run() -> None:
     llm.handle(ThrottleChanged(id="t", run="r1", window_tokens=4, reason="test"), ctx(0, RUN))
     llm.handle(RoleWeightsChanged(id="w", run="r1", weights={"host": 1.5}, reason="test"), ctx(0, RUN))
     list(llm.handle(cue(), ctx(100, RUN)))  # a reply held by the throttle
-    assert llm._held["r1"] and llm._shows and llm.factors and llm.windows
+    assert llm.holds("r1") and llm.windows["r1"] and llm.factors["r1"]
     llm.release("r1")
-    assert not (llm._held or llm._shows or llm.factors or llm.windows)
+    assert not llm.holds("r1") and not llm.windows and not llm.factors

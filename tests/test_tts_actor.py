@@ -80,9 +80,9 @@ def test_release_forgets_everything_of_a_run() -> None:
     tts = TTSActor(load_settings(environ={}), speaker=Tones())
     tts.handle(RoleWeightsChanged(id="w", run="r1", weights={"host": 1.5}, reason="test"), ctx(0, demo_run("r1")))
     tts.handle(chunk(0), ctx(0, demo_run("r1")))
-    assert tts._shows and tts.factors
+    assert tts.holds("r1") and tts.factors
     tts.release("r1")
-    assert not (tts._shows or tts.factors)
+    assert not tts.holds("r1") and not tts.factors
 
 
 def test_a_show_file_names_a_roles_voice_backend() -> None:

@@ -72,4 +72,4 @@ def test_release_forgets_a_runs_stage(render: RenderActor) -> None:
     assert drawn(render, run, until_ms=100)
     render.release("r1")
     assert render.next_tick("r1") is None and [r.run for r in render.active_runs()] == ["r2"]
-    assert list(render._shows) == ["r2"]  # drawer, sprites, memo and tracks went with it
+    assert not render.holds("r1") and render.holds("r2")  # drawer, sprites, memo and tracks went with it

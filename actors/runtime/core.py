@@ -8,8 +8,8 @@ input publishes duplicates that JetStream drops.
 
 The actor's kind (``actors.base``) says how it is run: each input on its own, on a
 clock as well (``clock``), through a role-aware queue (``scheduled``), or in whole
-batches; ``runs`` knows the runs and when to release one, ``observe`` what is
-published for QoS, ``delivery`` one message's way through.
+batches (``batch``); ``runs`` knows the runs and when to release one, ``observe``
+what is published for QoS, ``delivery`` one message's way through.
 """
 
 from __future__ import annotations
@@ -31,16 +31,15 @@ from nats.js import JetStreamContext
 
 from actors.base import (
     Actor,
-    Arrival,
     BatchActor,
     ClockedActor,
     Context,
     HandlerError,
     ScheduledActor,
 )
+from actors.runtime.batch import arrivals
 from actors.runtime.clock import next_due
 from actors.runtime.delivery import (
-    AckMetadata,
     Delivery,
     decode,
     message_id,
@@ -48,7 +47,7 @@ from actors.runtime.delivery import (
     publish_failure,
 )
 from actors.runtime.observe import OBSERVE_PERIOD_S, Observations
-from actors.runtime.runs import Clock, RunDirectory, RunLifecycle
+from actors.runtime.runs import Clock, RunDirectory, RunLifecycle, RunView
 from actors.runtime.scheduled import WorkQueue
 from events.base import Event, derive_id
 from events.error import DeadLettered
@@ -78,6 +77,7 @@ class ActorRuntime:
         self.runs = runs or RunDirectory(js)
         self.clock = clock
         self.durable = durable or actor.name
+        self.view = RunView(self.runs)
         self.lifecycle = RunLifecycle(settings.run_grace_s, settings.run_idle_s)
         self.failure: str | None = None  # why the runtime gave up (a loop kept crashing)
         self._failed = asyncio.Event()
@@ -317,47 +317,14 @@ class ActorRuntime:
             return
         run = run_of(d.msg.subject) or "_"
         ctx = await self.context(run)
-        if ctx.run is not None and await self._late(run, d.meta):
+        if ctx.run is not None and await self.view.late(run, d.meta.timestamp_ns // 1000):
             ctx = dataclasses.replace(ctx, ended=True)
         key = message_id(d.msg, message_key(spec, d.meta))
         d.outputs.extend(self.actor.undecodable(key, d.msg.data, str(error), ctx))
 
-    async def _late(self, run: str, meta: AckMetadata, precise: bool = False) -> bool:
-        """Whether a message was published after its run's run.ended."""
-        published_us = meta.timestamp_ns // 1000
-        try:
-            ended_us = await self.runs.ended_at(run, published_us, precise)
-        except Exception as exc:  # noqa: BLE001 - a failed lookup: the run is taken as still running
-            log.warning("run.ended lookup %s failed: %s", run, exc)
-            return False
-        return ended_us is not None and published_us > ended_us
-
-    async def _joins(self, run: RunStarted) -> bool:
-        """Whether the actor is given a run's start (and so opens the run): never for a run that has
-        already ended, nor for a playback that began before this runtime did (a new show's sink must
-        not write an earlier ``troupe replay`` whose messages were left in the stream)."""
-        if run.replay_of is not None and run.started_at_ms < self._started_ms:
-            return False
-        try:
-            return await self.runs.ended_at(run.run) is None
-        except Exception as exc:  # noqa: BLE001 - a failed lookup: the run is taken as still running
-            log.warning("run.ended lookup %s failed: %s", run.run, exc)
-            return True
-
-    async def _lookup_run(self, run: str) -> RunStarted | None:
-        try:
-            return await self.runs.get(run)
-        except Exception as exc:  # noqa: BLE001 - a broken run record is treated as unknown
-            log.warning("run lookup %s failed: %s", run, exc)
-            return None
-
     async def context(self, run_id: str) -> Context:
         """The handler context for a run at the current show time."""
-        run = self.runs.known(run_id)  # the common case, without a lookup
-        if run is None:
-            run = await self._lookup_run(run_id)
-        now = int(self.clock() * 1000) - run.started_at_ms if run is not None else 0
-        return Context(run, now)
+        return await self.view.context(run_id, self.clock())
 
     async def _handle(self, d: Delivery) -> None:
         assert d.event is not None and d.meta is not None
@@ -369,12 +336,12 @@ class ActorRuntime:
         if isinstance(event, RunStarted):
             self.runs.remember(event)
             ctx = Context(event, int(self.clock() * 1000) - event.started_at_ms)
-            if not await self._joins(event):
+            if not await self.view.joins(event, self._started_ms):
                 return
         elif isinstance(event, RunEnded):
             self.runs.remember_end(event.run, d.meta.timestamp_ns // 1000)
             self.lifecycle.ended(event.run)
-        elif ctx.run is not None and event.causation is None and await self._late(event.run, d.meta):
+        elif ctx.run is not None and event.causation is None and await self.view.late(event.run, d.meta.timestamp_ns // 1000):
             ctx = dataclasses.replace(ctx, ended=True)  # an outside input after the end: a late one
         if ctx.run is not None and ctx.run.replay_of is not None and not self.actor.plays_replays:
             return
@@ -520,45 +487,9 @@ class ActorRuntime:
 
     # -- whole batches (the recorder) -----------------------------------------
 
-    async def _arrivals(self, actor: BatchActor, batch: list[Delivery], spec: ConsumerSpec) -> list[Arrival]:
-        """The batch with each event's run; a producer event also learns whether its run existed and
-        had not ended when it was published (one lookup per run and batch at most, never trusting
-        a cached "not there" for a message newer than the lookup: what the director answers
-        "late" must never be stored)."""
-        newest: dict[str, int] = {}
-        for d in batch:
-            assert d.event is not None and d.meta is not None
-            if isinstance(d.event, RunStarted):
-                self.runs.remember(d.event)
-            elif isinstance(d.event, RunEnded):
-                self.runs.remember_end(d.event.run, d.meta.timestamp_ns // 1000)
-            elif d.event.type in actor.producer_types:
-                newest[d.event.run] = max(newest.get(d.event.run, 0), d.meta.timestamp_ns // 1000)
-        lifecycle: dict[str, tuple[RunStarted | None, int | None]] = {}
-        for run, published_us in newest.items():  # a failed lookup fails the batch: it is retried
-            started = await self.runs.get(run, published_us, precise=True)
-            # A playback re-publishes what its run's recorder already judged, in store order.
-            judged = started is not None and started.replay_of is None
-            ended = await self.runs.ended_at(run, published_us, precise=True) if judged else None
-            lifecycle[run] = (started, ended)
-        out = []
-        for d in batch:
-            assert d.event is not None and d.meta is not None
-            run = d.event.run
-            if run in lifecycle and d.event.type in actor.producer_types:
-                started, ended = lifecycle[run]
-                late = ended is not None and d.meta.timestamp_ns // 1000 > ended
-                ctx = Context(started, 0, ended=late)
-            else:
-                ctx = Context(self.runs.known(run), 0)
-            out.append(Arrival(
-                d.event, d.msg.data, d.msg.subject, d.msg.headers, spec.stream, spec.durable, d.meta.stream_seq, ctx,
-            ))
-        return out
-
     async def _consume_batch(self, actor: BatchActor, batch: list[Delivery], spec: ConsumerSpec) -> None:
         try:
-            items = await self._arrivals(actor, batch, spec)
+            items = await arrivals(self.runs, actor, batch, spec)
             await self._in_thread(actor.consume_batch, items)
         except Exception as exc:  # noqa: BLE001 - the whole batch is retried
             log.exception("%s batch failed", self.actor.name)

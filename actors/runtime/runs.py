@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
+from actors.base import Context
 from events import codec
 from events.errors import DecodeError
 from events.run import RunStarted
@@ -190,3 +191,43 @@ class RunLifecycle:
 
     def release(self, run: str) -> None:
         self._held.pop(run, None)
+
+
+class RunView:
+    """The run lookups one runtime makes, which never raise: a failed lookup is logged and the
+    run taken as unknown (``context``) or as still running (``late``, ``joins``)."""
+
+    def __init__(self, directory: RunDirectory) -> None:
+        self.directory = directory
+
+    async def context(self, run_id: str, now_s: float) -> Context:
+        """The handler context for a run at wall time ``now_s``."""
+        run = self.directory.known(run_id)  # the common case, without a lookup
+        if run is None:
+            try:
+                run = await self.directory.get(run_id)
+            except Exception as exc:  # noqa: BLE001 - a broken run record is treated as unknown
+                log.warning("run lookup %s failed: %s", run_id, exc)
+        now = int(now_s * 1000) - run.started_at_ms if run is not None else 0
+        return Context(run, now)
+
+    async def late(self, run: str, published_us: int, precise: bool = False) -> bool:
+        """Whether a message published at ``published_us`` came after its run's run.ended."""
+        try:
+            ended_us = await self.directory.ended_at(run, published_us, precise)
+        except Exception as exc:  # noqa: BLE001 - a failed lookup: the run is taken as still running
+            log.warning("run.ended lookup %s failed: %s", run, exc)
+            return False
+        return ended_us is not None and published_us > ended_us
+
+    async def joins(self, run: RunStarted, since_ms: int) -> bool:
+        """Whether an actor (started at ``since_ms``) is given a run's start and so opens the run:
+        never for a run that has already ended, nor for a playback that began before the actor did
+        (a new show's sink must not write an earlier ``troupe replay`` left in the stream)."""
+        if run.replay_of is not None and run.started_at_ms < since_ms:
+            return False
+        try:
+            return await self.directory.ended_at(run.run) is None
+        except Exception as exc:  # noqa: BLE001 - a failed lookup: the run is taken as still running
+            log.warning("run.ended lookup %s failed: %s", run.run, exc)
+            return True

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.backends.protocols import Persona, Prompt, ReplyWriter
+from actors.backends.protocols import Persona, Prompt, ReplyWriter, Sentence
 from actors.backends.registry import BACKENDS, Backends
 from actors.base import Context, Handled, ScheduledActor, Work
 from events.base import Event
@@ -30,6 +30,8 @@ from events.viseme import VisemeTrack
 from infra.settings import Settings
 from schedulers.batching import tokens_of
 from schedulers.throttle import ThrottlePolicy, releasable
+
+_UNREAD = Sentence("")  # the next sentence has not been asked for yet
 
 
 @dataclass(slots=True)
@@ -169,18 +171,30 @@ class LLMActor(ScheduledActor):
             while text is not None:
                 seq = len(texts)
                 texts.append(text)
-                # The next sentence (or the end) says whether this one is the reply's last.
-                following = next(stream, None) if seq + 1 < cue.limit else None
+                said = getattr(text, "last", None)  # a Sentence says whether it ends the reply
+                if seq + 1 >= cue.limit:
+                    following, last = None, True  # the stage has room for no more
+                elif said is None:
+                    # A plain sentence: the next one (or the end) says whether it is the last.
+                    following = next(stream, None)
+                    last = following is None
+                else:
+                    following, last = _UNREAD, said
                 if self._held.get(run, {}).get(event.id) is not held:
                     return  # the reply was cut short (or its run released) while it was written
                 held.pieces.append(UtteranceChunk(
                     id=event.derive(f"chunk{seq}"), t_ms=ctx.now_ms, utterance=event.id, seq=seq, text=text,
-                    language=cue.role.language, last=following is None, priority=event.priority,
+                    language=cue.role.language, last=last, priority=event.priority,
                     deadline_ms=event.deadline_ms, **_common(event),
                 ))
                 held.tokens[seq] = tokens_of(text)
-                if following is not None:
+                if not last:
+                    # Out now (through the throttle) while the writer writes the next sentence.
                     yield from self._release(run, held, ctx.now_ms)
+                if following is _UNREAD:
+                    following = None if last else next(stream, None)
+                    if following is None and not last:
+                        yield from self._ended_early(run, held, event, seq, ctx)
                 text = following
         finally:
             close = getattr(stream, "close", None)
@@ -194,6 +208,18 @@ class LLMActor(ScheduledActor):
             backend=self.writer.name, **_common(event),
         )
         yield from self._release(run, held, ctx.now_ms)
+
+    def _ended_early(self, run: str, held: _Held, event: CueIssued, seq: int, ctx: Context) -> list[Event]:
+        """The writer said a sentence was not the last and then ended: the sentence still held
+        becomes the last; one already released is followed by the drop of the rest."""
+        if held.pieces and held.pieces[-1].seq == seq:
+            held.pieces[-1] = dataclasses.replace(held.pieces[-1], last=True)
+            return []
+        return [UtteranceDropped(
+            id=event.derive("ended"), t_ms=ctx.now_ms, utterance=event.id, from_seq=seq + 1,
+            reason=f"the {self.writer.name} writer ended after sentence {seq} without the sentence it announced",
+            **_common(event),
+        )]
 
     def _release(self, run: str, held: _Held, now_ms: int) -> list[Event]:
         """Release text while what is ahead of speech stays within the throttle window."""

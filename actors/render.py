@@ -98,6 +98,8 @@ class RenderActor(ClockedActor):
         self.settings = settings
         self.slow_render_ms = settings.slow_render_ms  # fault injection; may be changed while running
         self.device = render_device(device or settings.render_device)
+        if drawers is None:
+            BACKENDS.require_render()
         self.drawers: Drawers = drawers or BACKENDS.stage_drawer
         self._shows: dict[str, _Show] = {}
 

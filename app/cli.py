@@ -157,6 +157,8 @@ async def _up(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--duration must be positive")
     if args.run is not None and not is_token(args.run):
         raise UsageError("--run must be letters, digits, _ or -")
+    if "render" in names:
+        BACKENDS.require_render()  # the render extra missing: one line, before anything starts
     async with Stage(settings) as stage:
         roles = f"{len(show.roles)} role{'' if len(show.roles) == 1 else 's'}"
         print(f"troupe: show {show.title!r}, {roles}, {args.duration:g} s", file=sys.stderr, flush=True)
@@ -230,6 +232,8 @@ async def _actor(args: argparse.Namespace, settings: Settings) -> int:
     unknown = [n for n in names if n not in ACTORS]
     if not names or unknown:
         raise UsageError(f"unknown actor(s): {', '.join(unknown) or '(none given)'} (known: {', '.join(ACTORS)})")
+    if "render" in names:
+        BACKENDS.require_render()  # the render extra missing: one line, before connecting
     async with Stage(settings) as stage:
         runtimes = await stage.start_actors(names)
         print(f"troupe: actor {','.join(names)} running (metrics on port {stage.metrics.port})",

@@ -5,5 +5,5 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e .
+.venv/bin/python -m pip install -q -e '.[render]'
 exec .venv/bin/troupe up --duration "${DURATION:-20}" --out "${OUT:-out}" "$@"

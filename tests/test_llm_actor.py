@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from actors.backends.llm_scripted import ScriptedLLM
-from actors.backends.protocols import Persona, Prompt
+from actors.backends.protocols import Persona, Prompt, Sentence
 from actors.llm import LLMActor
 from app.shows import load_show as demo_show
 from events.cue import CueIssued
@@ -91,11 +91,56 @@ def test_a_reply_streams_sentence_by_sentence() -> None:
     llm = LLMActor(load_settings(environ={}, llm_max_sentences=3), writer=writer)
     out = llm.handle(cue(), ctx(100, RUN))
     first = next(iter(out))
-    # The first sentence goes once the second is written (that says the first is not the last).
+    # A plain sentence goes once the second is written (that says the first is not the last).
     assert isinstance(first, UtteranceChunk) and first.text == "One." and not first.last and writer.written == 2
     rest = list(out)
     assert [e.text for e in rest if isinstance(e, UtteranceChunk)] == ["Two.", "Three."]
     assert isinstance(rest[-1], UtteranceCompleted) and rest[-1].chunks == 3 and writer.written == 3  # cut at 3
+
+
+class KnowingWriter(CountingWriter):
+    """Says of each sentence whether it is the last (as a model that has seen what follows)."""
+
+    def __init__(self, sentences: Sequence[Sentence]) -> None:
+        super().__init__()
+        self.sentences = sentences
+
+    def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
+        for sentence in self.sentences:
+            self.written += 1
+            yield sentence
+
+
+def test_a_sentence_that_says_it_is_not_the_last_goes_before_the_next_is_written() -> None:
+    writer = KnowingWriter([Sentence("One.", last=False), Sentence("Two.", last=True)])
+    llm = LLMActor(load_settings(environ={}, llm_max_sentences=3), writer=writer)
+    out = iter(llm.handle(cue(), ctx(100, RUN)))
+    first = next(out)
+    assert isinstance(first, UtteranceChunk) and first.text == "One." and not first.last and writer.written == 1
+    rest = list(out)
+    chunks = [e for e in rest if isinstance(e, UtteranceChunk)]
+    assert [(c.text, c.last) for c in chunks] == [("Two.", True)] and writer.written == 2
+    assert isinstance(rest[-1], UtteranceCompleted) and rest[-1].chunks == 2
+
+
+def test_a_writer_that_ends_after_announcing_more_still_ends_the_reply() -> None:
+    # Released at once (wide window): the rest of the reply is dropped, so lipsync frees the floor.
+    writer = KnowingWriter([Sentence("One.", last=False)])
+    llm = LLMActor(load_settings(environ={}, llm_max_sentences=3), writer=writer)
+    llm.handle(ThrottleChanged(id="t", run="r1", window_tokens=200, reason="test"), ctx(0, RUN))
+    out = list(llm.handle(cue(), ctx(100, RUN)))
+    assert isinstance(out[0], UtteranceChunk) and not out[0].last
+    [dropped] = [e for e in out if isinstance(e, UtteranceDropped)]
+    assert dropped.from_seq == 1 and "without the sentence it announced" in dropped.reason
+    # Still held by the throttle (its window is full): the held sentence becomes the last.
+    llm = LLMActor(load_settings(environ={}, llm_max_sentences=3), writer=KnowingWriter(
+        [Sentence("One two three four five six.", last=False), Sentence("Seven.", last=False)]))
+    llm.handle(ThrottleChanged(id="t", run="r1", window_tokens=4, reason="test"), ctx(0, RUN))
+    out = list(llm.handle(cue(), ctx(100, RUN)))
+    assert [(e.seq, e.last) for e in out if isinstance(e, UtteranceChunk)] == [(0, False)]
+    assert not any(isinstance(e, UtteranceDropped) for e in out)
+    released = llm.handle(spoken(out[0]), ctx(2000, RUN))  # type: ignore[arg-type]
+    assert [(e.seq, e.last) for e in released if isinstance(e, UtteranceChunk)] == [(1, True)]
 
 
 def test_streaming_gives_the_events_of_a_whole_reply_at_once() -> None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
-from actors.backends.protocols import Persona, Prompt, ReplyWriter
+from actors.backends.protocols import Persona, Prompt, ReplyWriter, Sentence
 from actors.backends.replies import (
     COMPLIMENT_WORDS,
     EN_STOPWORDS,
@@ -281,8 +281,11 @@ class ScriptedLLM(ReplyWriter):
         self._seed = seed
 
     def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
-        """Yield the reply one sentence at a time (1-3 trimmed, non-empty chunks)."""
-        yield from self._sentences(persona, prompt)
+        """Yield the reply one sentence at a time (1-3 trimmed, non-empty chunks), each saying
+        whether it is the last (the reply is known whole)."""
+        sentences = self._sentences(persona, prompt)
+        for i, text in enumerate(sentences):
+            yield Sentence(text, last=i == len(sentences) - 1)
 
     def reply(self, persona: Persona, prompt: Prompt) -> str:
         """Return the full reply: the stream's chunks joined as the language expects."""

@@ -6,10 +6,10 @@ import os
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import av
 import numpy as np
-import torch
 from av.video.frame import PictureType
 from av.video.reformatter import VideoReformatter
 
@@ -76,7 +76,7 @@ class Mp4Writer:
         if self._closed:
             raise RuntimeError(f"{self._path} is closed")
 
-    def _to_frame(self, image: bytes | np.ndarray | torch.Tensor) -> av.VideoFrame:
+    def _to_frame(self, image: bytes | np.ndarray | Any) -> av.VideoFrame:
         """Decodes or wraps image, then scales it to the writer's size in limited-range yuv420p."""
         if isinstance(image, bytes | bytearray | memoryview):
             # FFmpeg's mjpeg decoder measured ~3x faster than Pillow's at 720p here.
@@ -85,7 +85,8 @@ class Mp4Writer:
                 raise ValueError("JPEG did not decode to a frame")
             frame, src_range = frames[0], "JPEG"
         else:
-            arr = image.detach().cpu().numpy() if isinstance(image, torch.Tensor) else image
+            # A torch tensor (from the renderer) without importing torch here: a sink needs none.
+            arr = image.detach().cpu().numpy() if hasattr(image, "detach") else image
             if arr.dtype != np.uint8 or arr.ndim != 3 or arr.shape[2] != 3:
                 raise ValueError(f"need uint8 HxWx3, got {arr.dtype} {arr.shape}")
             frame, src_range = av.VideoFrame.from_ndarray(np.ascontiguousarray(arr), format="rgb24"), "MPEG"
@@ -93,7 +94,7 @@ class Mp4Writer:
         return self._scaler.reformat(frame, width, height, format="yuv420p", src_color_range=src_range,
                                      dst_color_range="MPEG", threads=1)
 
-    def write_frame(self, image: bytes | np.ndarray | torch.Tensor) -> None:
+    def write_frame(self, image: bytes | np.ndarray | Any) -> None:
         """Appends one video frame: JPEG bytes or uint8 HxWx3 RGB of any size."""
         self._check_open()
         frame = self._to_frame(image)

@@ -17,7 +17,8 @@ from events.errors import BackendError
 from events.show import RESOLUTIONS
 
 __all__ = [
-    "RESOLUTIONS", "BackendError", "Persona", "Phoneme", "Prompt", "ReplyWriter", "RoleLook", "RoleState", "Speaker", "Speech",
+    "RESOLUTIONS", "BackendError", "Persona", "Phoneme", "Prompt", "ReplyWriter", "RoleLook", "RoleState", "Sentence",
+    "Speaker", "Speech",
     "StageDrawer", "Voice",
 ]
 
@@ -50,6 +51,24 @@ class Prompt:
     seed: int | None = None
 
 
+class Sentence(str):
+    """A sentence of a reply that also says whether the reply ends with it.
+
+    A writer that knows (the scripted replies; a model that has just produced the token
+    after a sentence's end, or its end of text) yields ``Sentence(text, last=...)``: the
+    sentence goes to TTS at once.  A plain ``str`` leaves it open, and the actor reads the
+    next sentence (or the end) before it can say, so the first sentence waits for the second.
+    A writer that said ``last=False`` must yield another sentence.
+    """
+
+    last: bool | None
+
+    def __new__(cls, text: str, last: bool | None = None) -> Sentence:
+        sentence = super().__new__(cls, text)
+        sentence.last = last
+        return sentence
+
+
 class ReplyWriter(Protocol):
     """Writes a role's reply to a comment, streamed one sentence at a time.
 
@@ -61,7 +80,8 @@ class ReplyWriter(Protocol):
     name: str  # the backend's name, e.g. "scripted"
 
     def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
-        """The reply's sentences, each yielded as soon as it is written."""
+        """The reply's sentences, each yielded as soon as it is written (a ``Sentence`` when
+        the writer knows whether it is the last)."""
         ...
 
     def write_batch(self, persona: Persona, prompts: Sequence[Prompt]) -> list[Iterator[str]]:

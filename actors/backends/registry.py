@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final, cast
 
-from actors.backends.protocols import ReplyWriter, RoleLook, Speaker, StageDrawer
+from actors.backends.protocols import BackendError, ReplyWriter, RoleLook, Speaker, StageDrawer
 from events.show import Show
 from infra.settings import Settings, SettingsError
 
@@ -31,6 +31,8 @@ RENDER: Final[Mapping[str, str]] = MappingProxyType({
 })
 
 Target = str | Callable[..., Any]
+# The install extra a backend's libraries come with (``pip install 'troupe[render]'``).
+EXTRAS: Final[Mapping[str, str]] = MappingProxyType({"torch": "render"})
 
 
 class UnknownBackendError(SettingsError):
@@ -62,6 +64,11 @@ class Backends:
         """A new speaker of backend ``name`` (``TROUPE_TTS_BACKEND``, or the ``voice.backend`` of ``role``)."""
         return cast(Speaker, _load(self.tts, name, _voice_backend(role))())
 
+    def require_render(self, name: str = "torch") -> None:
+        """Import the render backend now: a render process without its libraries stops at once,
+        with one line naming the extra to install, instead of failing on its first run."""
+        _load(self.render, name, "render backend")
+
     def stage_drawer(self, looks: Sequence[RoleLook], resolution: str, *, seed: int, device: str = "cpu",
                      name: str = "torch") -> StageDrawer:
         """A new drawer of one run's stage on ``device`` (``cpu``, ``cuda``, ``cuda:N``)."""
@@ -84,7 +91,10 @@ def render_device(setting: str) -> str:
     """The torch device of ``TROUPE_RENDER_DEVICE``: ``auto`` is CUDA when there is one, else CPU."""
     if setting != "auto":
         return setting
-    import torch  # only a render process asks
+    try:
+        import torch  # only a render process asks
+    except ModuleNotFoundError:
+        return "cpu"  # the renderer says what is missing when it is built
 
     return "cuda" if torch.cuda.is_available() else "cpu"
 
@@ -105,4 +115,10 @@ def _load(table: Mapping[str, Target], name: str, what: str) -> Callable[..., An
     if not isinstance(target, str):
         return target
     module, _, attr = target.partition(":")
-    return cast(Callable[..., Any], getattr(importlib.import_module(module), attr))
+    try:
+        loaded = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        extra = EXTRAS.get(name)
+        hint = f": pip install 'troupe[{extra}]'" if extra else ""
+        raise BackendError(f"the {name} backend ({what}) needs {exc.name}, which is not installed{hint}") from None
+    return cast(Callable[..., Any], getattr(loaded, attr))

@@ -23,6 +23,7 @@ Clock = Callable[[], float]
 # A message published this long before a lookup that found no run.started / run.ended is
 # covered by that lookup: room for the NATS server's clock against this process's clock.
 CLOCK_MARGIN_US = 1_000_000
+MAX_RUNS = 10_000  # run starts cached at most (the ends and misses have their own bound)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
@@ -61,8 +62,16 @@ class RunDirectory:
         return self._runs.get(run)
 
     def remember(self, run: RunStarted) -> None:
-        self._runs[run.run] = run
+        self._keep(run)
         self._missing.pop(run.run, None)
+
+    def _keep(self, run: RunStarted) -> None:
+        """Cache a start; the oldest go first past ``MAX_RUNS`` (a recorder releases no run, and
+        a forgotten start is only looked up again)."""
+        self._runs.pop(run.run, None)
+        self._runs[run.run] = run
+        while len(self._runs) > MAX_RUNS:
+            del self._runs[next(iter(self._runs))]
 
     def forget(self, run: str) -> None:
         """Drop a released run's start (looked up again if it is ever asked for); its end is kept,
@@ -108,7 +117,7 @@ class RunDirectory:
             log.warning("the run.started of %s cannot be read: %s", run, exc)
             return None
         if isinstance(event, RunStarted):
-            self._runs[run] = event
+            self._keep(event)
             return event
         return None
 

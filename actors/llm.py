@@ -12,6 +12,7 @@ chunk says whether it is the reply's last.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +33,10 @@ from schedulers.batching import tokens_of
 from schedulers.throttle import ThrottlePolicy, releasable
 
 _UNREAD = Sentence("")  # the next sentence has not been asked for yet
+CONTEXT_LINES = 6  # the last sentences spoken on stage a writer is given
+# What is said instead of a written sentence that contains a blocked word.
+DEFLECTIONS = {"en": "Let's talk about something else!", "zh": "我们聊点别的吧！"}
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -55,6 +60,7 @@ class _Cue:
     persona: Persona
     prompt: Prompt
     limit: int
+    writer: ReplyWriter
 
 
 class LLMActor(ScheduledActor):
@@ -68,7 +74,11 @@ class LLMActor(ScheduledActor):
 
     def __init__(self, settings: Settings, writer: ReplyWriter | None = None, backends: Backends = BACKENDS) -> None:
         self.settings = settings
+        self.backends = backends
         self.writer = writer if writer is not None else backends.reply_writer(settings.llm_backend)
+        # The writers roles name in the show file (backend, model), built on first use.
+        self._writers: dict[tuple[str, str | None], ReplyWriter] = {}
+        self._spoken: dict[str, deque[tuple[str, str, str]]] = {}  # run -> (utterance, role, text) on stage
         self._shows: dict[str, Show] = {}
         self.factors: dict[str, dict[str, float]] = {}  # run -> role -> QoS weight factor
         self.throttle = ThrottlePolicy()
@@ -94,8 +104,28 @@ class LLMActor(ScheduledActor):
         return any(run in per_run for per_run in (self._shows, self.factors, self.windows, self._held))
 
     def release(self, run: str) -> None:
-        for per_run in (self._shows, self.factors, self.windows, self._held):
+        for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken):
             per_run.pop(run, None)
+
+    def writer_for(self, role: RoleSpec) -> ReplyWriter:
+        """The role's writer: the backend (and model) its show entry names, else the settings';
+        a writer that cannot write the role's language falls back to the scripted replies."""
+        if role.llm_backend is None and role.llm_model is None:
+            writer = self.writer
+        else:
+            key = (role.llm_backend or self.settings.llm_backend, role.llm_model)
+            if key not in self._writers:
+                self._writers[key] = self.backends.reply_writer(key[0], model=key[1])
+            writer = self._writers[key]
+        languages = getattr(writer, "languages", None)
+        if languages is not None and role.language not in languages:
+            key = ("scripted", None)
+            if key not in self._writers:
+                log.warning("the %s writer cannot write %r: role %s gets scripted replies",
+                            writer.name, role.language, role.id)
+                self._writers[key] = self.backends.reply_writer("scripted")
+            writer = self._writers[key]
+        return writer
 
     def _show(self, ctx: Context) -> Show:
         assert ctx.run is not None
@@ -115,19 +145,19 @@ class LLMActor(ScheduledActor):
         cue = self._cue(event, ctx)
         if not isinstance(cue, _Cue):
             return cue
-        return self._write(cue, self.writer.stream(cue.persona, cue.prompt), ctx)
+        return self._write(cue, cue.writer.stream(cue.persona, cue.prompt), ctx)
 
     def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Handled]:
         """One role's cues: the writer gets their prompts in one call (per persona), and each
         cue's reply streams out as the writer writes it."""
         cues = [self._cue(e, ctx) if isinstance(e, CueIssued) else None for e in events]
-        by_persona: dict[Persona, list[_Cue]] = {}
+        by_persona: dict[tuple[Persona, int], list[_Cue]] = {}
         for cue in cues:
             if isinstance(cue, _Cue):
-                by_persona.setdefault(cue.persona, []).append(cue)
+                by_persona.setdefault((cue.persona, id(cue.writer)), []).append(cue)
         replies: dict[str, Iterator[str]] = {}
-        for persona, group in by_persona.items():
-            streams = self.writer.write_batch(persona, [c.prompt for c in group])
+        for (persona, _), group in by_persona.items():
+            streams = group[0].writer.write_batch(persona, [c.prompt for c in group])
             replies.update(zip((c.event.id for c in group), streams, strict=True))
         out: list[Handled] = []
         for event, cue in zip(events, cues, strict=True):
@@ -155,9 +185,12 @@ class LLMActor(ScheduledActor):
                 reason=f"role {event.role!r} is not in the show", **common,
             )]
         persona = Persona(role.id, role.name, role.persona, role.language, role.keywords)
-        prompt = Prompt(cue_id=event.id, user=event.user, text=event.text, seed=ctx.run.seed)
         limit = min(self.settings.llm_max_sentences, event.max_sentences or self.settings.llm_max_sentences)
-        return _Cue(event, role, persona, prompt, limit)  # limit: the stage's room for this reply
+        show = self._show(ctx)
+        context = tuple(f"{_name(show, who)}: {text}" for _, who, text in self._spoken.get(event.run, ()))
+        prompt = Prompt(cue_id=event.id, user=event.user, text=event.text, seed=ctx.run.seed, context=context,
+                        max_sentences=limit)
+        return _Cue(event, role, persona, prompt, limit, self.writer_for(role))  # limit: the stage's room
 
     def _write(self, cue: _Cue, sentences: Iterable[str], ctx: Context) -> Iterator[Event]:
         """Stream a reply: each sentence becomes a chunk, released as the throttle allows."""
@@ -165,13 +198,16 @@ class LLMActor(ScheduledActor):
         held = _Held()
         self._held.setdefault(run, {})[event.id] = held
         texts: list[str] = []
+        blocked = 0
         stream = iter(sentences)
         try:
             text = next(stream, None) if cue.limit > 0 else None
             while text is not None:
                 seq = len(texts)
-                texts.append(text)
                 said = getattr(text, "last", None)  # a Sentence says whether it ends the reply
+                if self._blocked(text, cue):
+                    text, blocked = DEFLECTIONS.get(cue.role.language, DEFLECTIONS["en"]), blocked + 1
+                texts.append(text)
                 if seq + 1 >= cue.limit:
                     following, last = None, True  # the stage has room for no more
                 elif said is None:
@@ -205,9 +241,16 @@ class LLMActor(ScheduledActor):
         held.completed = UtteranceCompleted(
             id=event.derive("completed"), t_ms=ctx.now_ms, utterance=event.id,
             text=("" if cue.role.language == "zh" else " ").join(texts), chunks=len(texts),
-            backend=self.writer.name, **_common(event),
+            backend=getattr(cue.writer, "label", cue.writer.name), blocked=blocked, **_common(event),
         )
         yield from self._release(run, held, ctx.now_ms)
+
+    def _blocked(self, text: str, cue: _Cue) -> bool:
+        """Whether a written sentence contains a blocked word (the same list as for danmaku)."""
+        folded = text.casefold()
+        show = self._shows.get(cue.event.run)
+        words = (*self.settings.blocklist, *(show.blocklist if show is not None else ()))
+        return any(word and word.casefold() in folded for word in words)
 
     def _ended_early(self, run: str, held: _Held, event: CueIssued, seq: int, ctx: Context) -> list[Event]:
         """The writer said a sentence was not the last and then ended: the sentence still held
@@ -217,7 +260,7 @@ class LLMActor(ScheduledActor):
             return []
         return [UtteranceDropped(
             id=event.derive("ended"), t_ms=ctx.now_ms, utterance=event.id, from_seq=seq + 1,
-            reason=f"the {self.writer.name} writer ended after sentence {seq} without the sentence it announced",
+            reason=f"the writer ended after sentence {seq} without the sentence it announced",
             **_common(event),
         )]
 
@@ -245,12 +288,21 @@ class LLMActor(ScheduledActor):
             held_runs.pop(event.utterance, None)
             return ()
         assert isinstance(event, VisemeTrack)
+        if event.chunk_done and event.text:  # a sentence spoken on stage: context for the next replies
+            spoken = self._spoken.setdefault(event.run, deque(maxlen=CONTEXT_LINES))
+            if not any(u == event.utterance and t == event.text for u, _, t in spoken):
+                spoken.append((event.utterance, event.role or "", event.text))
         held = held_runs.get(event.utterance)
         if held is None or not event.chunk_done or event.chunk in held.spoken_chunks:
             return ()
         held.spoken_chunks.add(event.chunk)
         held.spoken += held.tokens.get(event.chunk, 0)
         return self._release(event.run, held, ctx.now_ms)
+
+
+def _name(show: Show, role: str) -> str:
+    spec = show.role(role)
+    return spec.name if spec is not None else role
 
 
 def _common(event: CueIssued) -> dict[str, Any]:

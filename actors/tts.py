@@ -6,6 +6,7 @@ else ``TROUPE_TTS_BACKEND``'s; a batch of one role's sentences goes to it in one
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 
 from actors.backends.protocols import Speaker, Speech, Voice
@@ -18,6 +19,8 @@ from events.show import Show, show_from_dict
 from events.utterance import UtteranceChunk, UtteranceDropped
 from infra.settings import Settings
 from schedulers.batching import tokens_of
+
+log = logging.getLogger(__name__)
 
 
 def slice_speech(speech: Speech, max_ms: int = MAX_CHUNK_MS) -> list[tuple[int, bytes, tuple[PhonemeMark, ...]]]:
@@ -101,6 +104,13 @@ class TTSActor(ScheduledActor):
                 speaker = self._speakers[name] = self.backends.speaker(name, role.id)
             except UnknownBackendError as exc:
                 raise HandlerError(str(exc)) from None
+        languages = getattr(speaker, "languages", None)
+        if languages is not None and language not in languages and role.voice_backend is None:
+            # A voice for the settings' backend does not exist in this language: espeak speaks it.
+            if "espeak" not in self._speakers:
+                log.warning("the %s speaker has no %r voice: role %s speaks with espeak", name, language, role.id)
+                self._speakers["espeak"] = self.backends.speaker("espeak")
+            speaker = self._speakers["espeak"]
         return speaker, voice
 
     def handle(self, event: Event, ctx: Context) -> Handled:

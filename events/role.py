@@ -26,6 +26,8 @@ class RoleDeclared(Event):
     voice_backend: str | None = None
     color: str = "#888888"
     shape: str = "round"
+    llm_backend: str | None = None
+    llm_model: str | None = None
 
     @classmethod
     def of(cls, run: str, spec: RoleSpec) -> RoleDeclared:

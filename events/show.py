@@ -42,6 +42,8 @@ class RoleSpec:
     voice_backend: str | None = None     # the role's own TTS backend; None: the settings'
     color: str = "#888888"
     shape: str = "round"
+    llm_backend: str | None = None       # the role's own LLM backend; None: the settings'
+    llm_model: str | None = None         # the model (a path) the role's LLM backend loads
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +81,7 @@ class Show:
                     "voice": {"variant": r.voice_variant, "pitch": r.voice_pitch, "rate": r.voice_rate,
                               "backend": r.voice_backend},
                     "look": {"color": r.color, "shape": r.shape},
+                    "llm": {"backend": r.llm_backend, "model": r.llm_model},
                 }
                 for r in self.roles
             ],
@@ -122,6 +125,11 @@ def _role(doc: Mapping[str, Any], i: int) -> RoleSpec:
     backend = _get(voice, "backend", (str, type(None)), f"{where}.voice", None)
     if backend is not None and not is_token(backend):
         raise ShowError(f"{where}.voice.backend: {backend!r} must be a backend name (letters, digits, _ or -)")
+    llm = _get(doc, "llm", dict, where, {})
+    llm_backend = _get(llm, "backend", (str, type(None)), f"{where}.llm", None)
+    if llm_backend is not None and not is_token(llm_backend):
+        raise ShowError(f"{where}.llm.backend: {llm_backend!r} must be a backend name (letters, digits, _ or -)")
+    llm_model = _get(llm, "model", (str, type(None)), f"{where}.llm", None)
     weight = float(_get(doc, "weight", (int, float), where, 1.0))
     if not 0 < weight <= 100:
         raise ShowError(f"{where}.weight: {weight:g} is not above 0 (and at most 100)")
@@ -132,6 +140,7 @@ def _role(doc: Mapping[str, Any], i: int) -> RoleSpec:
         weight=weight, voice_variant=_get(voice, "variant", (str, type(None)), f"{where}.voice", None),
         voice_pitch=pitch, voice_rate=rate, voice_backend=backend,
         color=_get(look, "color", str, f"{where}.look", "#888888"), shape=shape,
+        llm_backend=llm_backend, llm_model=llm_model,
     )
 
 

@@ -31,7 +31,8 @@ class UtteranceCompleted(Event):
     utterance: str
     text: str
     chunks: int
-    backend: str
+    backend: str            # the writer, with its model and sampling where it has them
+    blocked: int = 0        # sentences the blocklist replaced with a deflection
 
 
 @registry.register

@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[dev,render]'
+.venv/bin/python -m pip install -q -e '.[dev,render,models]'
 .venv/bin/ruff check app actors events infra store schedulers tests bench
 .venv/bin/mypy app actors events infra store schedulers bench
 .venv/bin/lint-imports

@@ -72,7 +72,7 @@ def test_a_role_speaks_with_its_own_backend() -> None:
 
 def test_an_unknown_voice_backend_fails_the_input_for_good() -> None:
     tts = TTSActor(load_settings(environ={}), speaker=Tones())
-    with pytest.raises(HandlerError, match="voice.backend of role 'host': 'nope' \\(available: espeak\\)"):
+    with pytest.raises(HandlerError, match="voice.backend of role 'host': 'nope' \\(available: espeak, onnx\\)"):
         tts.handle(chunk(0), ctx(0, run_with_voice_backend("nope")))
 
 

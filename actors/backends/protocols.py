@@ -49,6 +49,10 @@ class Prompt:
     text: str
     merged: int = 1
     seed: int | None = None
+    # What a model needs besides the comment: the last lines spoken on stage, oldest first, as
+    # "Name: text" (so roles can answer each other), and how many sentences the stage has room for.
+    context: tuple[str, ...] = ()
+    max_sentences: int = 3
 
 
 class Sentence(str):

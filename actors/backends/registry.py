@@ -22,9 +22,11 @@ from infra.settings import Settings, SettingsError
 # name -> "module:Class" (or the class itself); the first line of each table is the default.
 LLM: Final[Mapping[str, str]] = MappingProxyType({
     "scripted": "actors.backends.llm_scripted:ScriptedLLM",
+    "transformers": "actors.backends.llm_transformers:TransformersWriter",
 })
 TTS: Final[Mapping[str, str]] = MappingProxyType({
     "espeak": "actors.backends.tts_espeak:EspeakTTS",
+    "onnx": "actors.backends.tts_onnx:OnnxSpeaker",
 })
 RENDER: Final[Mapping[str, str]] = MappingProxyType({
     "torch": "actors.backends.render_torch:StageRenderer",
@@ -32,7 +34,8 @@ RENDER: Final[Mapping[str, str]] = MappingProxyType({
 
 Target = str | Callable[..., Any]
 # The install extra a backend's libraries come with (``pip install 'troupe[render]'``).
-EXTRAS: Final[Mapping[str, str]] = MappingProxyType({"torch": "render"})
+EXTRAS: Final[Mapping[str, str]] = MappingProxyType({"torch": "render", "transformers": "models",
+                                                        "onnx": "models"})
 
 
 class UnknownBackendError(SettingsError):
@@ -56,9 +59,11 @@ class Backends:
         """These tables with one more speaker."""
         return dataclasses.replace(self, tts=MappingProxyType({**self.tts, name: target}))
 
-    def reply_writer(self, name: str) -> ReplyWriter:
-        """A new reply writer of backend ``name`` (``TROUPE_LLM_BACKEND``)."""
-        return cast(ReplyWriter, _load(self.llm, name, "TROUPE_LLM_BACKEND")())
+    def reply_writer(self, name: str, model: str | None = None) -> ReplyWriter:
+        """A new reply writer of backend ``name`` (``TROUPE_LLM_BACKEND``), loading ``model``
+        (a path) where the backend takes one."""
+        cls = _load(self.llm, name, "TROUPE_LLM_BACKEND")
+        return cast(ReplyWriter, cls(model=model) if model is not None else cls())
 
     def speaker(self, name: str, role: str | None = None) -> Speaker:
         """A new speaker of backend ``name`` (``TROUPE_TTS_BACKEND``, or the ``voice.backend`` of ``role``)."""
@@ -82,6 +87,8 @@ class Backends:
         for role in show.roles if show is not None else ():
             if role.voice_backend is not None:
                 _known(self.tts, role.voice_backend, _voice_backend(role.id))
+            if role.llm_backend is not None:
+                _known(self.llm, role.llm_backend, f"llm.backend of role {role.id!r}:")
 
 
 BACKENDS: Final = Backends()

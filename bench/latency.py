@@ -93,7 +93,10 @@ async def _spawn_actor(name: str, stage: Stage, settings: Any) -> asyncio.subpro
     return proc
 
 
-async def bench(count: int, interval_s: float, resolution: str, split: tuple[str, ...] = ()) -> dict[str, Any]:
+async def bench(
+    count: int, interval_s: float, resolution: str, split: tuple[str, ...] = (), llm: str = "scripted",
+    tts: str = "espeak",
+) -> dict[str, Any]:
     doc = load_show().to_dict()
     rng = random.Random(42)  # comments do not arrive in step with the frame clock: jitter them
     doc["script"] = [
@@ -108,7 +111,7 @@ async def bench(count: int, interval_s: float, resolution: str, split: tuple[str
     with tempfile.TemporaryDirectory() as tmp:
         settings = load_settings(
             state_dir=Path(tmp) / "state", out_dir=Path(tmp) / "out", metrics_port=-1,
-            resolution=resolution, llm_max_sentences=1, merge_window_ms=0,
+            resolution=resolution, llm_max_sentences=1, merge_window_ms=0, llm_backend=llm, tts_backend=tts,
         )
         async with Stage(settings) as stage:
             workers = [await _spawn_actor(name, stage, settings) for name in split]
@@ -128,7 +131,7 @@ async def bench(count: int, interval_s: float, resolution: str, split: tuple[str
     return {
         "machine": machine(), "count": count, "interval_s": interval_s, "resolution": resolution,
         "processes": ["+".join(n for n in ACTOR_NAMES if n not in split), *split],
-        "answered": len(rows), "idle": len(idle_rows),
+        "answered": len(rows), "idle": len(idle_rows), "llm": llm, "tts": tts,
         # The target is over replies that found the stage idle; the rest waited for the floor.
         "p50_ms": pct([r["frame"] for r in idle_rows], 50),
         "p99_ms": pct([r["frame"] for r in idle_rows], 99),
@@ -146,16 +149,18 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=4.0)
     parser.add_argument("--resolution", default="720p")
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--llm", default="scripted", help="LLM backend (TROUPE_LLM_BACKEND)")
+    parser.add_argument("--tts", default="espeak", help="TTS backend (TROUPE_TTS_BACKEND)")
     parser.add_argument(
         "--split", default="sink,recorder",
         help="comma-separated actors to run in processes of their own (default sink,recorder; '' for none)",
     )
     args = parser.parse_args()
     split = tuple(n for n in args.split.split(",") if n)
-    doc = asyncio.run(bench(args.count, args.interval, args.resolution, split))
+    doc = asyncio.run(bench(args.count, args.interval, args.resolution, split, args.llm, args.tts))
     m = doc["machine"]
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['platform']}, Python {m['python']}")
-    print(f"{doc['answered']}/{args.count} danmaku answered on stage, {doc['idle']} found the stage idle; {args.resolution}; processes: {', '.join(doc['processes'])}")
+    print(f"{doc['answered']}/{args.count} danmaku answered on stage, {doc['idle']} found the stage idle; {args.resolution}; processes: {', '.join(doc['processes'])}; llm {args.llm}, tts {args.tts}")
     print_table(
         "median ms from danmaku publish to the first event of each hop",
         ["cue", "utterance", "audio", "visemes", "frame p50 (idle)", "frame p99 (idle)"],
@@ -166,11 +171,12 @@ def main() -> None:
         f"p99 {doc['p99_ms']:.0f} ms (target p99 <= 87 ms); all {doc['answered']} (some waited for "
         f"the floor): p50 {doc['all_p50_ms']:.0f} ms, p99 {doc['all_p99_ms']:.0f} ms"
     )
-    write_result("latency" if split else "latency-one-process", doc)
+    models = "" if (args.llm, args.tts) == ("scripted", "espeak") else f"-{args.llm}-{args.tts}"
+    write_result(("latency" if split else "latency-one-process") + models, doc)
     if args.json:
         print(json.dumps({k: doc[k] for k in (
             "p50_ms", "p99_ms", "all_p50_ms", "all_p99_ms", "count", "answered", "idle",
-            "first_audio_p50_ms", "first_audio_p99_ms", "processes",
+            "first_audio_p50_ms", "first_audio_p99_ms", "processes", "llm", "tts",
         )}))
 
 

@@ -1,0 +1,141 @@
+"""Model backends side by side: time to the first sentence / first audio and throughput, with
+1, 4 and 8 roles asking at once.
+
+``python -m bench.models [--json] [--repeats N] [--llm a,b] [--tts a,b]``
+
+LLM backends (scripted, transformers/SmolLM2) get N prompts from N roles as one batch
+(``write_batch``, as the llm actor hands a batch to its writer); each reply is read to its end
+in turn.  Measured: the time from the batch's start to each reply's first sentence (p50 over
+replies, and the first reply's), and tokens per second over the batch (tokens counted with
+SmolLM2's tokenizer for every backend, so the numbers compare).  TTS backends (espeak, onnx
+joe voice) speak N sentences: time to the first audio and the real-time factor (synthesis
+time over audio time).  Medians over the repeats; the first call of each backend (loading)
+is not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from actors.backends.protocols import Persona, Prompt, Voice
+from actors.backends.registry import BACKENDS
+from bench.common import machine, median, pct, print_table, write_result
+
+ROLES = [
+    Persona(f"r{i}", name, persona, "en", ())
+    for i, (name, persona) in enumerate([
+        ("Mika", "An upbeat host who loves games and music."),
+        ("Rex", "A dry-humoured retro gamer."),
+        ("Ada", "A curious science fan."),
+        ("Leo", "A calm chef who talks about food."),
+        ("Ivy", "A cheerful traveller."),
+        ("Max", "A football commentator."),
+        ("Zoe", "A film buff."),
+        ("Sam", "A gardener who loves plants."),
+    ])
+]
+QUESTIONS = [
+    "what game are we playing tonight?", "do you like jazz?", "what should I cook for dinner?",
+    "where should I travel this summer?", "who will win the match?", "recommend me a film!",
+    "how do I keep my plants alive?", "what is your favourite song?",
+]
+SENTENCES = [
+    "Welcome back to the stream, everyone!", "That was a close one, but we made it.",
+    "Tonight we are trying something completely new.", "Thanks for the gift, it means a lot.",
+    "I think the answer is hidden in the second level.", "Let's take a quick break and chat.",
+    "The weather outside is lovely today.", "Don't forget to say hello in the chat!",
+]
+COUNTS = (1, 4, 8)
+
+
+def _tokens() -> Any:
+    from transformers import AutoTokenizer
+
+    from actors.backends.llm_transformers import default_model
+
+    path = default_model().rsplit("/", 1)
+    return AutoTokenizer.from_pretrained(path[0], gguf_file=path[1])
+
+
+def bench_llm(name: str, repeats: int, tokenizer: Any) -> list[dict[str, Any]]:
+    writer = BACKENDS.reply_writer(name)
+    list(writer.stream(ROLES[0], Prompt("warm", "v", "hello!")))  # the first call loads what it needs
+    rows = []
+    for n in COUNTS:
+        firsts: list[float] = []
+        first_reply: list[float] = []
+        rates: list[float] = []
+        for rep in range(repeats):
+            prompts = [Prompt(f"c{rep}-{i}", f"viewer{i}", QUESTIONS[i], seed=rep, max_sentences=2) for i in range(n)]
+            start = time.perf_counter()
+            tokens = 0
+            for i, (role, prompt) in enumerate(zip(ROLES, prompts, strict=False)):
+                [reply] = writer.write_batch(role, [prompt])
+                seen_first = False
+                for k, sentence in enumerate(reply):
+                    if not seen_first:
+                        firsts.append((time.perf_counter() - start) * 1000)
+                        if i == 0:
+                            first_reply.append(firsts[-1])
+                        seen_first = True
+                    tokens += len(tokenizer(sentence)["input_ids"])
+                    if k + 1 >= prompt.max_sentences:
+                        break
+            rates.append(tokens / (time.perf_counter() - start))
+        rows.append({"backend": name, "roles": n, "first_sentence_ms": median(first_reply),
+                     "first_sentence_p50_all_ms": pct(firsts, 50), "tokens_per_s": median(rates)})
+    return rows
+
+
+def bench_tts(name: str, repeats: int) -> list[dict[str, Any]]:
+    speaker = BACKENDS.speaker(name)
+    voice = Voice("en")
+    speaker.speak("Hello there.", voice)  # loads the voice
+    rows = []
+    for n in COUNTS:
+        firsts: list[float] = []
+        rtfs: list[float] = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            speeches = speaker.speak_batch(SENTENCES[:n], voice)
+            took = time.perf_counter() - start
+            # A batch's audio exists when the call returns; one sentence alone: that sentence's time.
+            single = time.perf_counter()
+            speaker.speak(SENTENCES[0], voice)
+            firsts.append((time.perf_counter() - single) * 1000 if n == 1 else took * 1000)
+            audio_s = sum(s.duration_ms for s in speeches) / 1000
+            rtfs.append(took / audio_s)
+        rows.append({"backend": name, "roles": n, "first_audio_ms": median(firsts), "rtf": median(rtfs)})
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--llm", default="scripted,transformers")
+    parser.add_argument("--tts", default="espeak,onnx")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    tokenizer = _tokens()
+    llm = [row for name in args.llm.split(",") if name for row in bench_llm(name, args.repeats, tokenizer)]
+    tts = [row for name in args.tts.split(",") if name for row in bench_tts(name, args.repeats)]
+    doc = {"machine": machine(), "repeats": args.repeats, "llm": llm, "tts": tts}
+    m = doc["machine"]
+    print(f"machine: {m['cpu']}, {m['cores']} cores, {m['platform']}, Python {m['python']}")
+    print_table("LLM: N roles asking at once (one batch), medians", ["backend", "roles", "first reply's 1st sentence ms",
+                "p50 1st sentence ms", "tokens/s"],
+                [[r["backend"], r["roles"], r["first_sentence_ms"], r["first_sentence_p50_all_ms"], r["tokens_per_s"]]
+                 for r in llm])
+    print_table("TTS: N sentences at once, medians", ["backend", "roles", "first audio ms", "real-time factor"],
+                [[r["backend"], r["roles"], r["first_audio_ms"], r["rtf"]] for r in tts])
+    write_result("models", doc)
+    if args.json:
+        print(json.dumps({"llm": llm, "tts": tts}))
+
+
+if __name__ == "__main__":
+    main()

@@ -202,7 +202,9 @@ def _fix_all(doc: dict[str, Any]) -> None:
     all_["share"] = doc["answered_share"]
 
 
-async def one_rate(rate: float, duration_s: float, seed: int, keep: Path | None = None) -> dict[str, Any]:
+async def one_rate(
+    rate: float, duration_s: float, seed: int, keep: Path | None = None, llm: str = "scripted", tts: str = "espeak",
+) -> dict[str, Any]:
     lines = generate(rate, duration_s, seed)
     show_doc = load_show().to_dict()
     show_doc["script"] = [{"at": round(line.at_s, 3), "user": line.user, "text": line.text, "kind": line.kind}
@@ -210,7 +212,8 @@ async def one_rate(rate: float, duration_s: float, seed: int, keep: Path | None 
     show = show_from_dict(show_doc)
     with tempfile.TemporaryDirectory() as tmp:
         base = keep / f"rate-{rate:g}" if keep is not None else Path(tmp)
-        settings = load_settings(state_dir=base / "state", out_dir=base / "out", metrics_port=-1)
+        settings = load_settings(state_dir=base / "state", out_dir=base / "out", metrics_port=-1,
+                                 llm_backend=llm, tts_backend=tts)
         async with Stage(settings) as stage:
             result = await run_show(stage, show, duration_s, drain_timeout_s=120)
         engine = Stage(settings).engine
@@ -232,13 +235,16 @@ def main() -> None:
     parser.add_argument("--duration", type=float, default=120.0, help="seconds of show per rate")
     parser.add_argument("--seed", type=int, default=11)
     parser.add_argument("--keep", type=Path, help="keep each rate's store and video under this folder")
+    parser.add_argument("--llm", default="scripted", help="LLM backend (TROUPE_LLM_BACKEND)")
+    parser.add_argument("--tts", default="espeak", help="TTS backend (TROUPE_TTS_BACKEND)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     rates = [float(r) for r in args.rates.split(",") if r]
-    results = [asyncio.run(one_rate(rate, args.duration, args.seed, args.keep)) for rate in rates]
+    results = [asyncio.run(one_rate(rate, args.duration, args.seed, args.keep, args.llm, args.tts)) for rate in rates]
     m = machine()
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['platform']}, Python {m['python']}")
-    print(f"the demo show, {args.duration:g} s per rate, every actor in one process (as troupe up)")
+    print(f"the demo show, {args.duration:g} s per rate, every actor in one process (as troupe up); "
+          f"llm {args.llm}, tts {args.tts}")
     print_table(
         "danmaku -> first viseme frame of the reply (ms), answered comments",
         ["rate/s", "danmaku", "answered", "p50", "p99", "addressed (share) p99", "gift (share) p99",
@@ -252,8 +258,10 @@ def main() -> None:
             r["placed_after_end"], f"{r['outcomes']['none']}/{r['outcomes']['twice']}",
         ] for r in results],
     )
-    doc = {"machine": m, "duration_s": args.duration, "seed": args.seed, "rates": results}
-    write_result("chat", doc)
+    doc = {"machine": m, "duration_s": args.duration, "seed": args.seed, "llm": args.llm, "tts": args.tts,
+           "rates": results}
+    models = "" if (args.llm, args.tts) == ("scripted", "espeak") else f"-{args.llm}-{args.tts}"
+    write_result("chat" + models, doc)
     if args.json:
         print(json.dumps({"rates": results, "duration_s": args.duration}, ensure_ascii=False))
 

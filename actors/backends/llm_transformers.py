@@ -100,7 +100,7 @@ class TransformersWriter(ReplyWriter):
         inputs: Any = self.tokenizer.apply_chat_template(
             self.messages(persona, prompt), add_generation_prompt=True, return_tensors="pt", return_dict=True,
         )
-        ids = inputs["input_ids"]
+        ids = inputs["input_ids"].to(self.model.device)
         eos = self.tokenizer.eos_token_id
         cache: Any = None
         written: list[int] = []
@@ -120,7 +120,7 @@ class TransformersWriter(ReplyWriter):
                 if len(now) > len(text) and not now.endswith("\ufffd"):  # whole characters only
                     yield now[len(text):]
                     text = now
-                ids = torch.tensor([[token]])
+                ids = torch.tensor([[token]], device=self.model.device)
 
 
 def sentences(pieces: Iterator[str]) -> Iterator[Sentence]:

@@ -246,9 +246,10 @@ class OnnxSpeaker(Speaker):
     name = "onnx"
     languages = frozenset({"en"})  # a role in another language falls back to espeak
 
-    def __init__(self) -> None:
+    def __init__(self, providers: list[str] | None = None) -> None:
+        """``providers``: the onnxruntime execution providers to use (default: CUDA when there, CPU)."""
         self._espeak = EspeakTTS()
-        self._providers = _providers()
+        self._providers = providers or _providers()
         self._default = _default_voice()
         self._voices: dict[str, _PiperVoice] = {}
         self._lock = threading.Lock()

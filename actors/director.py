@@ -16,7 +16,7 @@ from events.base import Event, derive_id
 from events.cue import CueIssued, CueMerged
 from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
 from events.run import RunStarted
-from events.show import Show, show_from_dict
+from events.show import Show, blocked, show_from_dict
 from infra.settings import Settings, for_run
 from schedulers.stage import ADDRESSED, COMMENT, GIFT, MODERATOR, Decision, StagePlan, StagePolicy
 
@@ -278,10 +278,8 @@ class Director(ClockedActor):
             return "bad_kind", f"kind {event.kind!r} is not one of {', '.join(KINDS)}"
         if event.to is not None and state.show.role(event.to) is None:
             return "unknown_role", f"no role {event.to!r} on stage"
-        folded = text.casefold()
-        for word in (*settings.blocklist, *state.show.blocklist):
-            if word and word.casefold() in folded:
-                return "blocked", "contains a blocked word"
+        if blocked(text, (*settings.blocklist, *state.show.blocklist)):
+            return "blocked", "contains a blocked word"
         return None
 
     def _merge_target(self, state: _RunState, key: str, kind: str, now_ms: int) -> str | None:

@@ -25,7 +25,7 @@ from events.base import Event
 from events.cue import CueIssued
 from events.qos import ThrottleChanged
 from events.role import RoleWeightsChanged
-from events.show import RoleSpec, Show, show_from_dict
+from events.show import RoleSpec, Show, blocked, show_from_dict
 from events.utterance import UtteranceChunk, UtteranceCompleted, UtteranceDropped
 from events.viseme import VisemeTrack
 from infra.settings import Settings
@@ -247,10 +247,8 @@ class LLMActor(ScheduledActor):
 
     def _blocked(self, text: str, cue: _Cue) -> bool:
         """Whether a written sentence contains a blocked word (the same list as for danmaku)."""
-        folded = text.casefold()
         show = self._shows.get(cue.event.run)
-        words = (*self.settings.blocklist, *(show.blocklist if show is not None else ()))
-        return any(word and word.casefold() in folded for word in words)
+        return blocked(text, (*self.settings.blocklist, *(show.blocklist if show is not None else ())))
 
     def _ended_early(self, run: str, held: _Held, event: CueIssued, seq: int, ctx: Context) -> list[Event]:
         """The writer said a sentence was not the last and then ended: the sentence still held

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,13 @@ RESOLUTIONS: dict[str, tuple[int, int]] = {
 def resolution_name(height: int) -> str:
     """The name of a resolution by its height (``480p`` for 480)."""
     return next((name for name, (_, h) in RESOLUTIONS.items() if h == height), f"{height}p")
+
+
+def blocked(text: str, words: Iterable[str]) -> bool:
+    """Whether ``text`` contains one of the blocked ``words`` (ignoring case; empty words never
+    match): the one check for danmaku and for what a model writes."""
+    folded = text.casefold()
+    return any(word and word.casefold() in folded for word in words)
 
 
 class ShowError(ConfigError):

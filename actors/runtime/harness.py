@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from actors.base import Actor, ClockedActor, Context, ScheduledActor
@@ -86,6 +87,6 @@ class Harness:
                 self._emit(outputs)
             queue.served(role, wall_ms)
 
-    def _emit(self, outputs: object) -> None:
-        for event in outputs:  # type: ignore[attr-defined]
+    def _emit(self, outputs: Iterable[Event]) -> None:
+        for event in outputs:
             self.out.append(Emitted(self.now_ms, event))

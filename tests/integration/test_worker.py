@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from nats.js import JetStreamContext
+from prometheus_client.parser import text_string_to_metric_families
 
 from app.shows import load_show
 from events.cue import CueIssued
@@ -74,8 +75,7 @@ async def _pending(js: JetStreamContext) -> int:
 
 
 async def _held(port: int) -> float:
-    text = await asyncio.to_thread(_scrape, port)
-    return sum(float(v) for v in re.findall(r'^troupe_runs_held\{actor="[a-z]+"\} (\S+)$', text, re.M))
+    return _sample(await asyncio.to_thread(_scrape, port), "troupe_runs_held")
 
 
 async def test_one_worker_serves_500_short_runs_without_growing(own_nats: EmbeddedNats, tmp_path: Path) -> None:
@@ -142,9 +142,9 @@ async def _none_held(port: int) -> bool:
 
 
 def _sample(text: str, name: str, **labels: str) -> float:
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    return sum(float(v) for found, v in re.findall(rf"^{name}\{{([^}}]*)\}} (\S+)$", text, re.M)
-               if all(f'{k}="{v}"' in found for k, v in labels.items()) or found == want)
+    """The sum of a metric's samples whose labels include ``labels``."""
+    return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+               if s.name == name and labels.items() <= s.labels.items())
 
 
 def test_an_actor_whose_loop_dies_exits_non_zero(own_nats: EmbeddedNats, tmp_path: Path) -> None:

@@ -184,7 +184,7 @@ class LLMActor(ScheduledActor):
                 id=event.derive("dropped"), t_ms=ctx.now_ms, utterance=event.id,
                 reason=f"role {event.role!r} is not in the show", **common,
             )]
-        persona = Persona(role.id, role.name, role.persona, role.language, role.keywords)
+        persona = Persona(role.id, role.name, role.persona, role.language, role.keywords, role.llm_adapter)
         limit = min(self.settings.llm_max_sentences, event.max_sentences or self.settings.llm_max_sentences)
         show = self._show(ctx)
         context = tuple(f"{_name(show, who)}: {text}" for _, who, text in self._spoken.get(event.run, ()))

@@ -7,13 +7,14 @@ The stage drawer is a backend (``actors.backends``): one per run, on the device
 from __future__ import annotations
 
 import bisect
+import itertools
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from actors.backends.protocols import RoleLook, RoleState, StageDrawer
 from actors.backends.registry import BACKENDS, render_device
@@ -29,7 +30,9 @@ from infra.settings import Settings, for_run
 from schedulers.baseline import nearest_rank
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 SUBTITLE_HOLD_MS = 1200
+FRAME_BATCH = 8  # frames a worker takes at once where many are drawn (export, re-execution)
 
 
 class Drawers(Protocol):
@@ -178,21 +181,26 @@ class RenderActor(ClockedActor):
             show.skipped += due - show.next_frame
             show.window_skipped += due - show.next_frame
             show.next_frame = due
-        n = show.next_frame
-        show.next_frame += 1
+        # One frame behind, this frame and the next are both due: drawn together, as one batch.
+        first, count = show.next_frame, 2 if due - show.next_frame == 1 else 1
+        show.next_frame += count
         began = time.perf_counter()
-        frame = self._frame(show, n, ctx.now_ms)
-        show.window_cost.append((time.perf_counter() - began) * 1000)
-        show.window_late.append(frame.late_ms)
-        out: list[Event] = [frame]
-        if len(show.window_late) + show.window_skipped >= ctx.run.fps:  # one second of frames
-            out.append(self._observed(show, frame))
-            gpu = show.renderer.memory_fraction()
-            if gpu is not None:
-                out.append(QosObserved(
-                    id=derive_id(show.run.id, f"gpu{frame.n}"), run=show.run.run, t_ms=frame.t_ms,
-                    metric="gpu_memory_fraction", value=round(gpu, 4), source="render",
-                ))
+        frames = self._frames(show, range(first, first + count), ctx.now_ms)
+        cost_ms = (time.perf_counter() - began) * 1000 / count
+        out: list[Event] = []
+        for frame in frames:
+            show.window_cost.append(cost_ms)
+            show.window_late.append(frame.late_ms)
+            out.append(frame)
+            if len(show.window_late) + show.window_skipped >= ctx.run.fps:  # one second of frames
+                out.append(self._observed(show, frame))
+                gpu = show.renderer.memory_fraction()
+                if gpu is not None:
+                    out.append(QosObserved(
+                        id=derive_id(show.run.id, f"gpu{frame.n}"), run=show.run.run,
+                        t_ms=frame.t_ms, metric="gpu_memory_fraction", value=round(gpu, 4),
+                        source="render",
+                    ))
         return out
 
     @staticmethod
@@ -219,18 +227,20 @@ class RenderActor(ClockedActor):
         w, h = show.renderer.size
         return self.slow_render_ms * (w * h) / (w0 * h0)
 
-    def _frame(self, show: _Show, n: int, now_ms: int) -> FrameRendered:
-        t = frame_time(n, show.run.fps)
-        if show.resolution is not None:  # a clean boundary: between two frames
+    def _frames(self, show: _Show, numbers: Sequence[int], now_ms: int) -> list[FrameRendered]:
+        if show.resolution is not None:  # a clean boundary: between two ticks
             show.renderer.set_resolution(show.resolution)
             show.resolution = None
-        self._forget_before(show, t - SUBTITLE_HOLD_MS)
-        i = bisect.bisect_right(show.starts, t) - 1
-        track = show.tracks[i] if i >= 0 else None
+        times = [frame_time(n, show.run.fps) for n in numbers]
+        self._forget_before(show, times[0] - SUBTITLE_HOLD_MS)
+        jobs = []
+        for n, t in zip(numbers, times, strict=True):
+            i = bisect.bisect_right(show.starts, t) - 1
+            jobs.append((n, show.tracks[i] if i >= 0 else None))
         slow_ms = self.slow_ms(show)
-        return draw_frame(
-            show.renderer, show.run, show.roles, n, track, show.quality,
-            late_ms=float(max(0, now_ms - t - self.settings.render_delay_ms)),
+        return draw_frames(
+            show.renderer, show.run, show.roles, jobs, show.quality,
+            late_ms=[float(max(0, now_ms - t - self.settings.render_delay_ms)) for t in times],
             # fault injection: a slower renderer
             before_encode=(lambda: time.sleep(slow_ms / 1000)) if slow_ms > 0 else None, memo=show.memo,
         )
@@ -277,7 +287,24 @@ def draw_frame(
 ) -> FrameRendered:
     """Frame ``n`` of a run given the latest track started by its show time: a pure function of
     its arguments (the live renderer, re-execution and export all draw through it)."""
-    t = frame_time(n, run.fps)
+    return draw_frames(renderer, run, roles, [(n, latest)], quality, [late_ms], before_encode,
+                       memo)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class _Shot:
+    """What one frame shows: its time, the roles' states, whose mouth moves, the subtitle."""
+
+    n: int
+    t: int
+    track: VisemeTrack | None
+    states: tuple[RoleState, ...]
+    marks: tuple[SpeakingMark, ...]
+    subtitle: str | None
+
+
+def _shot(roles: Sequence[str], n: int, fps: int, latest: VisemeTrack | None) -> _Shot:
+    t = frame_time(n, fps)
     track, speaking = shown(latest, t)
     states, marks = [], []
     for role in roles:
@@ -287,21 +314,50 @@ def draw_frame(
             marks.append(SpeakingMark(role, track.correlation or "", viseme))
         states.append(RoleState(role, viseme, lit))
     subtitle = track.text if track is not None else None
-    key = renderer.scene_key(t, states, subtitle) + (quality,) if memo is not None else None
-    jpeg = memo.get(key) if memo is not None and key is not None else None
-    if jpeg is None:
-        image = renderer.draw(t, states, subtitle)
-        jpeg = renderer.encode(image, quality)
-        if memo is not None and key is not None:
-            memo.put(key, jpeg)
+    return _Shot(n, t, track, tuple(states), tuple(marks), subtitle)
+
+
+def draw_frames(
+    renderer: StageDrawer, run: RunStarted, roles: Sequence[str],
+    jobs: Sequence[tuple[int, VisemeTrack | None]], quality: int,
+    late_ms: Sequence[float] | None = None, before_encode: Callable[[], None] | None = None,
+    memo: FrameMemo | None = None,
+) -> list[FrameRendered]:
+    """What ``draw_frame`` gives for each ``(n, latest track)``, the pictures not in the memo
+    drawn by ``draw_batch`` and encoded by ``encode_batch``, ``frame_batch`` of them a call."""
+    shots = [_shot(roles, n, run.fps, latest) for n, latest in jobs]
+    used = getattr(renderer, "jpeg_encoder", None)
+    encoder = None if used in (None, "simplejpeg") else str(used)  # None: the reproducible CPU encoder
+    keys = [renderer.scene_key(s.t, s.states, s.subtitle) + (quality,) if memo is not None else None
+            for s in shots]
+    jpegs = [memo.get(key) if memo is not None and key is not None else None for key in keys]
+    todo: dict[Hashable, list[int]] = {}  # each picture to draw -> the frames that show it
+    for i, (key, jpeg) in enumerate(zip(keys, jpegs, strict=True)):
+        if jpeg is None:
+            todo.setdefault(key if key is not None else i, []).append(i)
+    for part in batches(list(todo.values()), renderer.frame_batch):
+        pictures = renderer.draw_batch([(shots[ix[0]].t, shots[ix[0]].states, shots[ix[0]].subtitle)
+                                        for ix in part])
+        for ix, jpeg in zip(part, renderer.encode_batch(pictures, quality), strict=True):
+            key = keys[ix[0]]
+            if memo is not None and key is not None:
+                memo.put(key, jpeg)
+            for i in ix:
+                jpegs[i] = jpeg
     if before_encode is not None:
-        before_encode()
+        for _ in shots:
+            before_encode()
     width, height = renderer.size
-    return FrameRendered(
-        id=derive_id(run.id, f"frame{n}"), run=run.run, t_ms=t, n=n, width=width, height=height,
-        resolution=resolution_name(height), speaking=tuple(marks), late_ms=late_ms,
-        track=track.id if track is not None else None, jpeg=jpeg,
-    )
+    lateness = late_ms if late_ms is not None else [0.0] * len(shots)
+    frames = []
+    for shot, late, jpeg in zip(shots, lateness, jpegs, strict=True):
+        assert jpeg is not None  # every frame was found in the memo or drawn above
+        frames.append(FrameRendered(
+            id=derive_id(run.id, f"frame{shot.n}"), run=run.run, t_ms=shot.t, n=shot.n, width=width,
+            height=height, resolution=resolution_name(height), speaking=shot.marks, late_ms=late,
+            track=shot.track.id if shot.track is not None else None, encoder=encoder, jpeg=jpeg,
+        ))
+    return frames
 
 
 class Redrawer:
@@ -328,6 +384,24 @@ class Redrawer:
         """Frame ``n`` at ``resolution`` given the latest track started by its show time."""
         self.prepare(resolution)
         return draw_frame(self._renderers[resolution], self.run, self._roles, n, latest, self.quality, memo=self.memo)
+
+    def draw_batch(
+        self, jobs: Sequence[tuple[int, VisemeTrack | None, str]],
+    ) -> list[FrameRendered]:
+        """What ``draw`` gives for each ``(n, latest track, resolution)``, in order: a resolution's
+        frames drawn and encoded together (``draw_frames``)."""
+        out: list[FrameRendered] = []
+        for resolution, group in itertools.groupby(jobs, key=lambda job: job[2]):
+            self.prepare(resolution)
+            frames = [(n, latest) for n, latest, _ in group]
+            out += draw_frames(self._renderers[resolution], self.run, self._roles, frames,
+                               self.quality, memo=self.memo)
+        return out
+
+
+def batches(items: Sequence[T], size: int = FRAME_BATCH) -> list[Sequence[T]]:
+    """``items`` cut into consecutive batches of ``size`` (the last may be shorter)."""
+    return [items[i:i + size] for i in range(0, len(items), size)]
 
 
 def stage_renderer(run: RunStarted, device: str = "cpu",

@@ -37,7 +37,7 @@ class ExportResult:
 
 
 def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int | None = None) -> ExportResult:
-    from actors.render import Redrawer, frame_count
+    from actors.render import Redrawer, batches, frame_count
     from actors.sink import SinkActor
     from actors.visemes import apply_cuts
 
@@ -79,9 +79,10 @@ def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int
             if isinstance(row.event, AudioChunk | VisemeTrack | VisemeCut):
                 sink.handle(row.event, ctx)
         with concurrent.futures.ThreadPoolExecutor(workers or min(4, os.cpu_count() or 1)) as pool:
-            frames = pool.map(lambda job: redraw.draw(*job), jobs)
-            for frame in frames:
-                sink.handle(frame, ctx)
+            # A worker takes a batch of frames (a GPU drawer draws and encodes them together).
+            for frames in pool.map(redraw.draw_batch, batches(jobs)):
+                for frame in frames:
+                    sink.handle(frame, ctx)
         sink.handle(RunEnded(id=f"{run}-export-end", run=run, reason="export", duration_ms=duration_ms), ctx)
         sink.close()
         written = sink.finished.get(run)

@@ -192,7 +192,7 @@ async def run_show(
     await _sleep_until(start_s + duration_s)
     duration_ms = int(duration_s * 1000)
     await stage.publish([RunEnded(id=f"{run_id}-end", run=run_id, t_ms=duration_ms, reason="duration reached", duration_ms=duration_ms)])
-    mp4 = await _drain(stage, run_id, drain_timeout_s)
+    mp4 = await _drain(stage, run_id, drain_timeout_s, video="sink" in names)
     return ShowResult(run_id, mp4, started.started_at_ms, duration_ms)
 
 
@@ -202,14 +202,15 @@ async def _sleep_until(wall_s: float) -> None:
         await asyncio.sleep(delay)
 
 
-async def _drain(stage: Stage, run_id: str, timeout_s: float) -> Path | None:
-    """Wait until every actor kind has handled everything and the video is closed."""
+async def _drain(stage: Stage, run_id: str, timeout_s: float, video: bool = True) -> Path | None:
+    """Wait until every actor kind has handled everything and (when the sink runs here) the
+    video is closed."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     path = Path(stage.settings.out_dir) / f"{run_id}.mp4"
     quiet_since = None
     while loop.time() < deadline:
-        if await stage.pending(ACTOR_NAMES) == 0 and path.exists():
+        if await stage.pending(ACTOR_NAMES) == 0 and (path.exists() or not video):
             # Runtimes publish their last observations up to a period after their last input:
             # done when nothing has been pending for longer than that.
             quiet_since = quiet_since or loop.time()

@@ -3,7 +3,8 @@
 ``python -m bench.gpu_check [--json] [--frames N]``  (needs the ``render`` and ``models`` extras;
 on a GPU machine onnxruntime-gpu in place of onnxruntime, and a CUDA build of torch)
 
-- render: frames per second drawn and JPEG-encoded per resolution, CPU vs CUDA;
+- render: frames per second drawn and JPEG-encoded per resolution, CPU vs CUDA, in batches of
+  8 frames (``draw_batch`` + ``encode_batch``), with the JPEG encoder each device used;
 - TTS: the onnx voice's real-time factor, CPU execution provider vs CUDA;
 - LLM: the transformers writer's time to first sentence and tokens/s, CPU vs CUDA;
 - torch's peak CUDA memory;
@@ -24,7 +25,7 @@ from typing import Any, cast
 import torch
 
 from actors.backends.protocols import Persona, Prompt, Voice
-from actors.backends.registry import BACKENDS
+from actors.backends.render_torch import StageRenderer
 from bench.common import machine, median, print_table, write_result
 from bench.render import LOOKS, show_states
 from events.show import RESOLUTIONS
@@ -41,17 +42,18 @@ def cuda_reason() -> str | None:
     return None
 
 
-def render_fps(device: str, resolution: str, frames: int) -> float:
-    drawer = BACKENDS.stage_drawer(LOOKS, resolution, seed=1, device=device)
-    script = [show_states(i) for i in range(frames)]
-    for i, (states, line) in enumerate(script[:25]):  # warm the caches, as a running show has
-        drawer.encode(drawer.draw(i * 40, states, line), 80)
+def render_fps(device: str, resolution: str, frames: int, batch: int = 8) -> tuple[float, str]:
+    """Frames per second drawn and encoded in batches, and the JPEG encoder that did it."""
+    drawer = StageRenderer(LOOKS, resolution, seed=1, device=device)
+    script = [(i * 40, *show_states(i)) for i in range(frames)]
+    for k in range(0, 24, batch):  # warm the caches (and the GPU's encoder), as a running show has
+        drawer.encode_batch(drawer.draw_batch(script[k:k + batch]), 80)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     start = time.perf_counter()
-    for i, (states, line) in enumerate(script):
-        drawer.encode(drawer.draw(i * 40, states, line), 80)
-    return frames / (time.perf_counter() - start)
+    for k in range(0, frames, batch):
+        drawer.encode_batch(drawer.draw_batch(script[k:k + batch]), 80)  # bytes back: synchronous
+    return frames / (time.perf_counter() - start), drawer.jpeg_encoder
 
 
 def tts_rtf(providers: list[str] | None) -> tuple[float, list[str]]:
@@ -100,11 +102,18 @@ def main() -> None:
     if reason is None:
         doc["gpu"] = torch.cuda.get_device_name(0)
 
+    encoders: dict[str, str] = {}
     for resolution in RESOLUTIONS:
-        cpu = render_fps("cpu", resolution, args.frames)
-        gpu = render_fps("cuda", resolution, args.frames) if reason is None else None
-        rows.append([f"render {resolution} fps (draw + JPEG)", round(cpu, 1), _or(gpu, reason)])
+        cpu, encoders["cpu"] = render_fps("cpu", resolution, args.frames)
+        gpu = None
+        if reason is None:
+            gpu, encoders["cuda"] = render_fps("cuda", resolution, args.frames)
+        rows.append([f"render {resolution} fps (draw + JPEG, batches of 8)", round(cpu, 1),
+                     _or(gpu, reason)])
         doc[f"render_{resolution}_fps"] = {"cpu": cpu, "cuda": gpu}
+    rows.append(["render JPEG encoder", encoders["cpu"],
+                 encoders.get("cuda", f"skipped: {reason}")])
+    doc["jpeg_encoder"] = {"cpu": encoders["cpu"], "cuda": encoders.get("cuda")}
 
     import onnxruntime
 

@@ -30,4 +30,5 @@ class FrameRendered(Event):
     speaking: tuple[SpeakingMark, ...] = ()
     late_ms: float = 0.0
     track: str | None = None  # the viseme track shown (mouth or subtitle): what re-execution redraws
+    encoder: str | None = None  # None: libjpeg-turbo on the CPU (reproducible); else e.g. "torchvision-cuda"
     jpeg: bytes = b""

@@ -28,6 +28,7 @@ class RoleDeclared(Event):
     shape: str = "round"
     llm_backend: str | None = None
     llm_model: str | None = None
+    llm_adapter: str | None = None
 
     @classmethod
     def of(cls, run: str, spec: RoleSpec) -> RoleDeclared:

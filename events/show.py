@@ -51,6 +51,7 @@ class RoleSpec:
     shape: str = "round"
     llm_backend: str | None = None       # the role's own LLM backend; None: the settings'
     llm_model: str | None = None         # the model (a path) the role's LLM backend loads
+    llm_adapter: str | None = None       # a LoRA adapter (a folder) on that model, for backends that take one
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +89,7 @@ class Show:
                     "voice": {"variant": r.voice_variant, "pitch": r.voice_pitch, "rate": r.voice_rate,
                               "backend": r.voice_backend},
                     "look": {"color": r.color, "shape": r.shape},
-                    "llm": {"backend": r.llm_backend, "model": r.llm_model},
+                    "llm": {"backend": r.llm_backend, "model": r.llm_model, "adapter": r.llm_adapter},
                 }
                 for r in self.roles
             ],
@@ -137,6 +138,7 @@ def _role(doc: Mapping[str, Any], i: int) -> RoleSpec:
     if llm_backend is not None and not is_token(llm_backend):
         raise ShowError(f"{where}.llm.backend: {llm_backend!r} must be a backend name (letters, digits, _ or -)")
     llm_model = _get(llm, "model", (str, type(None)), f"{where}.llm", None)
+    llm_adapter = _get(llm, "adapter", (str, type(None)), f"{where}.llm", None)
     weight = float(_get(doc, "weight", (int, float), where, 1.0))
     if not 0 < weight <= 100:
         raise ShowError(f"{where}.weight: {weight:g} is not above 0 (and at most 100)")
@@ -147,7 +149,7 @@ def _role(doc: Mapping[str, Any], i: int) -> RoleSpec:
         weight=weight, voice_variant=_get(voice, "variant", (str, type(None)), f"{where}.voice", None),
         voice_pitch=pitch, voice_rate=rate, voice_backend=backend,
         color=_get(look, "color", str, f"{where}.look", "#888888"), shape=shape,
-        llm_backend=llm_backend, llm_model=llm_model,
+        llm_backend=llm_backend, llm_model=llm_model, llm_adapter=llm_adapter,
     )
 
 

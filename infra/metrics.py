@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from prometheus_client import (
+    REGISTRY,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -10,8 +13,25 @@ from prometheus_client import (
     ProcessCollector,
     start_http_server,
 )
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 
 _LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12)
+# Libraries whose own metrics (in prometheus_client's default registry) a process serves too.
+LIBRARY_PREFIXES = ("vllm:",)
+
+
+class LibraryMetrics(Collector):
+    """The families a library registers in the default registry (vLLM's engine: ``vllm:*``)."""
+
+    def __init__(self, prefixes: tuple[str, ...] = LIBRARY_PREFIXES) -> None:
+        self.prefixes = prefixes
+
+    def collect(self) -> Iterator[Metric]:
+        return (family for family in REGISTRY.collect() if family.name.startswith(self.prefixes))
+
+    def describe(self) -> list[Metric]:
+        return []  # none known in advance: a library registers its metrics when it starts
 
 
 class Metrics:
@@ -37,6 +57,7 @@ class Metrics:
         self.recorder_lag = Gauge("troupe_recorder_lag_seconds", "Age of the newest recorded event at commit", registry=r)
         self.runs_held = Gauge("troupe_runs_held", "Runs whose state an actor holds", ["actor"], registry=r)
         ProcessCollector(registry=r)  # process_resident_memory_bytes, cpu seconds, open fds
+        r.register(LibraryMetrics())
         self.port: int | None = None
         self._server: object | None = None
 

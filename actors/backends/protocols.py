@@ -27,13 +27,15 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class Persona:
-    """Who is speaking: role id, display name, persona text, language and topic keywords."""
+    """Who is speaking: role id, display name, persona text, language and topic keywords, and
+    the role's own LoRA adapter (a folder) for a backend that serves adapters."""
 
     role: str
     name: str
     persona: str
     language: str
     keywords: tuple[str, ...] = ()
+    adapter: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +177,8 @@ class StageDrawer(Protocol):
 
     ``draw`` must be a pure function of its arguments and the constructor's (re-execution and
     export draw recorded runs again); ``scene_key`` names what a picture shows, so that an
-    unchanged stage is encoded once.
+    unchanged stage is encoded once.  ``draw_batch`` and ``encode_batch`` give what ``draw``
+    and ``encode`` give, frame by frame.
     """
 
     @property
@@ -198,6 +201,24 @@ class StageDrawer(Protocol):
     def encode(self, picture: Any, quality: int) -> bytes:
         """A drawn picture as JPEG."""
         ...
+
+    @property
+    def frame_batch(self) -> int:
+        """How many frames ``draw_batch`` and ``encode_batch`` are best given at once (callers
+        cut longer runs of frames to it); by default 1, frame by frame."""
+        return 1
+
+    def draw_batch(
+        self, frames: Sequence[tuple[int, Sequence[RoleState], str | None]],
+    ) -> list[Any]:
+        """The pictures of several frames, each ``(t_ms, states, subtitle)``, in order, in one
+        call (a GPU drawer stacks them); by default each on its own."""
+        return [self.draw(t_ms, states, subtitle) for t_ms, states, subtitle in frames]
+
+    def encode_batch(self, pictures: Sequence[Any], quality: int) -> list[bytes]:
+        """Drawn pictures as JPEGs, in order, in one call (a GPU drawer encodes them together);
+        by default each on its own."""
+        return [self.encode(picture, quality) for picture in pictures]
 
     def memory_fraction(self) -> float | None:
         """The share of its device's memory the drawer holds; None when not on a GPU."""

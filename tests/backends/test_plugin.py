@@ -67,7 +67,7 @@ def test_a_speaker_chosen_by_name_speaks_chunks() -> None:
 
 
 def test_an_unknown_backend_is_one_line_naming_the_available_ones() -> None:
-    with pytest.raises(UnknownBackendError, match=r"TROUPE_LLM_BACKEND 'nope' \(available: scripted, transformers\)$"):
+    with pytest.raises(UnknownBackendError, match=r"TROUPE_LLM_BACKEND 'nope' \(available: scripted, transformers, vllm\)$"):
         LLMActor(load_settings(environ={"TROUPE_LLM_BACKEND": "nope"}))
     with pytest.raises(UnknownBackendError, match="available: espeak, onnx, beep"):
         BACKENDS_WITH_ECHO.check(load_settings(environ={"TROUPE_TTS_BACKEND": "nope"}))

@@ -1,9 +1,12 @@
-"""Stage renderer: layout per resolution, determinism, mouths, blinks, highlight, subtitles, JPEG."""
+"""Stage renderer: layout per resolution, determinism, mouths, blinks, highlight, subtitles, JPEG,
+the tensor (CUDA) compositing path against the numpy one, batches."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import io
+import logging
 import time
 
 import numpy as np
@@ -12,7 +15,7 @@ import torch
 from PIL import Image
 
 from actors.backends.protocols import RoleLook, RoleState
-from actors.backends.render_torch import RESOLUTIONS, StageRenderer, encode_jpeg
+from actors.backends.render_torch import RESOLUTIONS, Frame, StageRenderer, encode_jpeg, gpu_jpeg
 from actors.backends.stage_art import MOUTHS, fit_text, load_font
 from actors.visemes import VISEMES
 
@@ -27,6 +30,30 @@ LONG = "This subtitle is far too long to fit on two lines of the box, " * 6
 @pytest.fixture(scope="module")
 def stage() -> StageRenderer:
     return StageRenderer(LOOKS, "360p", seed=7)
+
+
+@pytest.fixture(scope="module")
+def tensor_stage() -> StageRenderer:
+    """The same stage composited with torch tensors on the CPU: the code path CUDA takes."""
+    return StageRenderer(LOOKS, "360p", seed=7, tensors=True)
+
+
+def script(renderer: StageRenderer) -> list[Frame]:
+    """Frames across every viseme, speakers on and off, blinks, breathing and subtitles."""
+    blinks = [next(t for t in range(0, 12_000, 10) if renderer.eyes_closed(look.role, t))
+              for look in LOOKS]
+    subtitles = (None, "", "Hello, stage!", "大家好，欢迎来到今天的直播间！", LONG)
+    frames: list[Frame] = [(0, [], None)]
+    for k, viseme in enumerate(VISEMES):
+        speaker, other = LOOKS[k % 3].role, LOOKS[(k + 1) % 3].role
+        t = blinks[k % 3] if k % 2 else 137 * k
+        frames.append((t, [RoleState(speaker, viseme, k % 4 != 3), RoleState(other, "sil", False)],
+                       subtitles[k % len(subtitles)]))
+    return frames
+
+
+def decoded(jpeg: bytes) -> np.ndarray:
+    return np.asarray(Image.open(io.BytesIO(jpeg)).convert("RGB"), dtype=np.int16)
 
 
 def states(viseme: str = "sil", speaking: bool = True) -> list[RoleState]:
@@ -193,9 +220,90 @@ def test_encode_jpeg_rejects_wrong_layout() -> None:
         encode_jpeg(np.zeros((4, 4), np.uint8))
 
 
+def test_tensor_compositing_draws_what_numpy_draws(stage: StageRenderer,
+                                                   tensor_stage: StageRenderer) -> None:
+    frames = script(stage)
+    assert any(stage.eyes_closed(look.role, t) for t, _, _ in frames for look in LOOKS)
+    assert len({stage.breath_offset("host", t) for t, _, _ in frames}) >= 2
+    singles = [stage.draw(*frame) for frame in frames]
+    for frame, expected in zip(frames, singles, strict=True):
+        picture = tensor_stage.draw(*frame)
+        assert picture.dtype == torch.uint8 and picture.device.type == "cpu"
+        assert torch.equal(picture, expected)
+    for batch in (tensor_stage.draw_batch(frames), stage.draw_batch(frames)):
+        assert len(batch) == len(frames)
+        assert all(torch.equal(a, b) for a, b in zip(batch, singles, strict=True))
+
+
+@pytest.mark.parametrize("tensors", [False, True])
+def test_batches_give_the_jpegs_of_frame_by_frame(stage: StageRenderer, tensor_stage: StageRenderer,
+                                                   tensors: bool) -> None:
+    drawer = tensor_stage if tensors else stage
+    frames = script(drawer)
+    singles = [drawer.encode(drawer.draw(*frame), 80) for frame in frames]
+    assert drawer.encode_batch(drawer.draw_batch(frames), 80) == singles
+    # what encode gave before batches
+    assert singles == [encode_jpeg(drawer.draw(*frame), 80) for frame in frames]
+    assert drawer.draw_batch([]) == [] and drawer.encode_batch([], 80) == []
+
+
+def test_jpegs_of_both_paths_agree_up_to_jpeg_noise(stage: StageRenderer,
+                                                    tensor_stage: StageRenderer) -> None:
+    frames = script(stage)
+    exact = [p.numpy().astype(np.int16) for p in stage.draw_batch(frames)]
+    numpy_jpegs = stage.encode_batch(stage.draw_batch(frames), 85)
+    tensor_jpegs = tensor_stage.encode_batch(tensor_stage.draw_batch(frames), 85)
+    for picture, a, b in zip(exact, numpy_jpegs, tensor_jpegs, strict=True):
+        assert np.abs(decoded(a) - picture).mean() < 4 and np.abs(decoded(b) - picture).mean() < 4
+        assert np.abs(decoded(a) - decoded(b)).mean() < 2
+
+
+def test_batched_pictures_are_fresh(tensor_stage: StageRenderer) -> None:
+    frames = script(tensor_stage)[:3]
+    first = tensor_stage.draw_batch(frames)
+    before = [digest(p) for p in first]
+    first[0].zero_()
+    assert digest(first[1]) == before[1]  # a picture of a batch is its own
+    assert [digest(p) for p in tensor_stage.draw_batch(frames)] == before  # caches untouched
+
+
+def test_a_bad_frame_fails_the_batch(tensor_stage: StageRenderer) -> None:
+    with pytest.raises(ValueError):
+        tensor_stage.draw_batch([(0, states("aa"), None),
+                                 (40, [RoleState("host", "xx", True)], None)])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is not None,
+                    reason="torchvision is installed")
+def test_jpeg_falls_back_to_simplejpeg_without_torchvision(
+        tensor_stage: StageRenderer, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="actors.backends.render_torch"):
+        assert gpu_jpeg(torch.device("cuda")) is None  # the import fails before CUDA is asked
+    assert "torchvision cannot be imported" in caplog.text
+    assert tensor_stage.jpeg_encoder == "simplejpeg"
+    frames = script(tensor_stage)[:4]
+    pictures = tensor_stage.draw_batch(frames)
+    assert tensor_stage.encode_batch(pictures, 80) == [encode_jpeg(p, 80) for p in pictures]
+
+
+def test_the_cpu_encodes_with_simplejpeg(stage: StageRenderer) -> None:
+    assert stage.jpeg_encoder == "simplejpeg"
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
-def test_cuda_matches_cpu() -> None:
-    cpu, gpu = StageRenderer(LOOKS, "360p"), StageRenderer(LOOKS, "360p", device="cuda")
-    frame = gpu.draw(40, states("oh"), "cuda")
-    assert frame.device.type == "cpu"
-    assert digest(frame) == digest(cpu.draw(40, states("oh"), "cuda"))
+def test_cuda_matches_cpu(stage: StageRenderer) -> None:
+    gpu = StageRenderer(LOOKS, "360p", seed=7, device="cuda")
+    frames = script(stage)
+    pictures = gpu.draw_batch(frames)
+    assert all(p.device.type == "cuda" for p in pictures)  # on the GPU until encoded
+    assert torch.equal(gpu.draw(*frames[1]).cpu(), stage.draw(*frames[1]))
+    for picture, frame in zip(pictures, frames, strict=True):
+        assert torch.equal(picture.cpu(), stage.draw(*frame))
+    jpegs = gpu.encode_batch(pictures, 80)
+    assert gpu.encode(pictures[1], 80) == jpegs[1]  # frame by frame and batched: the same bytes
+    for jpeg, frame in zip(jpegs, frames, strict=True):
+        assert np.abs(decoded(jpeg) - stage.draw(*frame).numpy().astype(np.int16)).mean() < 4
+    if importlib.util.find_spec("torchvision") is None:
+        assert gpu.jpeg_encoder == "simplejpeg"
+    else:  # a torchvision without nvJPEG falls back too, and logs why
+        assert gpu.jpeg_encoder in ("torchvision-cuda", "simplejpeg")

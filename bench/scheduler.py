@@ -1,6 +1,6 @@
 """The multi-role dubbing setup: FIFO against Troupe's role-priority scheduler.
 
-``python -m bench.scheduler [--json] [--requests N] [--repeats R]``
+``python -m bench.scheduler [--json] [--requests N] [--repeats R] [--engine vllm [--vllm-model DIR]]``
 
 200 requests over 8 roles of different weights are published at once to a real
 nats-server (embedded) as cues; one worker (an ``ActorRuntime`` running a
@@ -12,6 +12,12 @@ behind it, ``troupe`` the best-scored role (weight, continuity, aging) and up to
 8 of its requests.  Latency is from a request's publication to the receipt of its
 reply; ``busy`` is the worker's service time over the makespan.  Variants
 alternate over the repeats; medians over repeats.
+
+``--engine vllm`` (in the vllm environment that ``scripts/test-vllm.sh`` builds) serves the
+batches with a real engine instead of the simulated cost: each batch goes to the vllm reply
+writer in one ``write_batch`` (one role's persona, its requests decoded together) and every
+reply is read to its end (``--max-tokens``, 32 by default); the model is ``--vllm-model`` or
+the tiny random-weight Llama of ``bench.tiny_llm``.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from actors.backends.protocols import Persona, Prompt, ReplyWriter
 from actors.base import Context, Handled, Input, ScheduledActor, Work
 from actors.runtime import ActorRuntime
 from app.shows import load_show
@@ -78,6 +85,28 @@ class SimulatedWorker(ScheduledActor):
         )] for e in events]
 
 
+class EngineWorker(SimulatedWorker):
+    """The same worker, its batches written by a real reply writer (one role's batch in one call)."""
+
+    def __init__(self, run: str, writer: ReplyWriter) -> None:
+        super().__init__(run)
+        self.writer = writer
+
+    def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Handled]:
+        cues = [e for e in events if isinstance(e, CueIssued)]
+        role = cues[0].role or ""
+        persona = Persona(role, role, f"A host with weight {WEIGHTS[role]}.", "en")
+        started = time.perf_counter()
+        replies = self.writer.write_batch(persona, [Prompt(c.id, c.user, c.text, seed=1) for c in cues])
+        texts = [" ".join(reply) for reply in replies]
+        self.busy_s += time.perf_counter() - started
+        self.batches += 1
+        return [[UtteranceCompleted(
+            id=e.derive("done"), run=e.run, role=e.role, causation=e.id, correlation=e.id, t_ms=ctx.now_ms,
+            utterance=e.id, text=text, chunks=1, backend=self.writer.name,
+        )] for e, text in zip(cues, texts, strict=True)]
+
+
 def requests(run: str, n: int, seed: int) -> list[CueIssued]:
     rng = random.Random(seed)
     roles = [list(WEIGHTS)[i % len(WEIGHTS)] for i in range(n)]
@@ -89,7 +118,8 @@ def requests(run: str, n: int, seed: int) -> list[CueIssued]:
     ]
 
 
-async def one(js: Any, nc: Any, variant: str, run: str, n: int, seed: int, state: Path) -> dict[str, Any]:
+async def one(js: Any, nc: Any, variant: str, run: str, n: int, seed: int, state: Path,
+              writer: ReplyWriter | None = None) -> dict[str, Any]:
     settings = load_settings(environ={}, scheduler=variant, metrics_port=-1, state_dir=state,
                              fetch_batch=64, max_inflight=256)
     start = RunStarted(id=f"{run}-start", run=run, show=load_show().to_dict(), seed=1,
@@ -104,7 +134,7 @@ async def one(js: Any, nc: Any, variant: str, run: str, n: int, seed: int, state
             finished.set()
 
     sub = await nc.subscribe(f"troupe.{run}.utterance.completed.>", cb=on_reply)
-    worker = SimulatedWorker(run)
+    worker = SimulatedWorker(run) if writer is None else EngineWorker(run, writer)
     reqs = requests(run, n, seed)
     async with ActorRuntime(worker, js, settings, Metrics(), durable=f"sim_{run}"):
         t0 = time.perf_counter()
@@ -139,7 +169,7 @@ def _median_doc(docs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-async def bench(n: int, repeats: int) -> dict[str, Any]:
+async def bench(n: int, repeats: int, writer: ReplyWriter | None = None) -> dict[str, Any]:
     out: dict[str, list[dict[str, Any]]] = {"fifo": [], "troupe": []}
     with tempfile.TemporaryDirectory() as tmp:
         async with EmbeddedNats(Path(tmp) / "nats") as server:
@@ -149,7 +179,7 @@ async def bench(n: int, repeats: int) -> dict[str, Any]:
             for r in range(repeats):
                 for variant in (("fifo", "troupe") if r % 2 == 0 else ("troupe", "fifo")):
                     run = f"s{variant}{r}"
-                    out[variant].append(await one(js, nc, variant, run, n, seed=r, state=Path(tmp)))
+                    out[variant].append(await one(js, nc, variant, run, n, seed=r, state=Path(tmp), writer=writer))
             await nc.close()
     return {"fifo": _median_doc(out["fifo"]), "troupe": _median_doc(out["troupe"])}
 
@@ -159,8 +189,25 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--engine", choices=("simulated", "vllm"), default="simulated")
+    parser.add_argument("--vllm-model", help="the vllm engine's model folder (default: the tiny test Llama)")
+    parser.add_argument("--max-tokens", type=int, default=32, help="a reply's budget with a real engine")
     args = parser.parse_args()
-    doc = asyncio.run(bench(args.requests, args.repeats))
+    with tempfile.TemporaryDirectory() as tmp:
+        writer = None
+        if args.engine == "vllm":
+            from actors.backends.llm_vllm import VllmWriter
+            from bench.tiny_llm import make_model
+
+            model = args.vllm_model or str(make_model(Path(tmp) / "tiny-llama"))
+            writer = VllmWriter(model, max_tokens=args.max_tokens)
+            list(writer.stream(Persona("r0", "r0", "", "en"), Prompt("warm", "v", "hello")))  # warm up
+        try:
+            doc = asyncio.run(bench(args.requests, args.repeats, writer))
+        finally:
+            if writer is not None:
+                writer.close()
+    engine = "simulated" if writer is None else f"vllm:{Path(writer.engine.model_config.model).name}"
     fifo, troupe = doc["fifo"], doc["troupe"]
     top = max(WEIGHTS, key=WEIGHTS.__getitem__)
     checks = {
@@ -169,14 +216,16 @@ def main() -> None:
         "throughput_vs_fifo": troupe["throughput"] / fifo["throughput"],
     }
     result = {
-        "machine": machine(), "requests": args.requests, "roles": WEIGHTS, "fixed_ms": FIXED_MS,
+        "machine": machine(), "engine": engine, "requests": args.requests, "roles": WEIGHTS, "fixed_ms": FIXED_MS,
         "per_token_ms": PER_TOKEN_MS, "max_batch": SimulatedWorker.max_batch, "repeats": args.repeats,
         **doc, "checks": checks,
     }
     m = result["machine"]
     print(f"machine: {m['cpu']}, {m['cores']} cores, {m['platform']}, Python {m['python']}")
-    print(f"{args.requests} requests over {len(WEIGHTS)} roles at once; batch cost {FIXED_MS:g} ms + "
-          f"{PER_TOKEN_MS:g} ms/token, one role per batch (<= {SimulatedWorker.max_batch}); medians of {args.repeats}")
+    cost = (f"batch cost {FIXED_MS:g} ms + {PER_TOKEN_MS:g} ms/token" if writer is None else
+            f"batches written by {engine} ({args.max_tokens} tokens a reply)")
+    print(f"{args.requests} requests over {len(WEIGHTS)} roles at once; {cost}, one role per batch "
+          f"(<= {SimulatedWorker.max_batch}); medians of {args.repeats}")
     print_table("overall", ["scheduler", "mean ms", "P95 ms", "req/s", "busy", "batches"], [
         [name, d["mean_ms"], d["p95_ms"], d["throughput"], d["busy"], d["batches"]]
         for name, d in (("fifo", fifo), ("troupe", troupe))
@@ -189,7 +238,7 @@ def main() -> None:
     print(f"top role P95 {checks['top_role_p95_vs_fifo']:.2f}x FIFO's (target <= 0.25); worst role "
           f"{checks['worst_role_p95_vs_fifo']:.2f}x (target <= 3); busy {troupe['busy']:.0%} (target >= 90%); "
           f"throughput {checks['throughput_vs_fifo']:.2f}x FIFO (target >= 1)")
-    write_result("scheduler", result)
+    write_result("scheduler" if writer is None else "scheduler_vllm", result)
     if args.json:
         print(json.dumps({
             name: {"mean_ms": round(d["mean_ms"], 1), "p95_ms": round(d["p95_ms"], 1),

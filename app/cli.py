@@ -21,11 +21,13 @@ from sqlalchemy import Engine
 
 from actors.backends.registry import BACKENDS
 from app import export, inspect, playback, reexec
-from app.publish import DanmakuFileError, RunError, Sent, read_danmaku_file, send
+from app.bilibili import read_bilibili_xml
+from app.publish import DanmakuFileError, RunError, Sent, read_danmaku_file, send, tally
 from app.registry import ACTORS
 from app.shows import load_show
 from app.summary import summarise
 from app.supervisor import ACTOR_NAMES, Stage, run_show
+from app.web import WebServer
 from events.base import registry
 from events.danmaku import DanmakuReceived
 from events.errors import BusError, ConfigError, StoreError, TroupeError
@@ -104,9 +106,18 @@ def _parser() -> argparse.ArgumentParser:
     pub.add_argument("--id", dest="danmaku_id", metavar="ID", help="the danmaku's id (default: a new one); resending it is a no-op")
     pub.add_argument("--file", type=Path,
                      help='JSON lines: {"user": ..., "text": ..., "to": ..., "kind": ..., "id": ...}')
+    pub.add_argument("--bilibili", type=Path, metavar="FILE",
+                     help='a Bilibili danmaku XML file (<d p="time,mode,...">text</d>), played at its pace')
+    pub.add_argument("--speed", type=float, default=1.0,
+                     help="with --bilibili: how many times faster than recorded (default 1)")
     pub.add_argument("--wait", type=float, default=5.0,
                      help="seconds to wait for the director's answers, all together (0: do not wait)")
     pub.add_argument("--json", action="store_true", help="one JSON object per danmaku")
+
+    serve = sub.add_parser("serve", parents=[common],
+                           help="the HTTP endpoint for platform bridges: POST /runs/RUN/danmaku")
+    serve.add_argument("--host", help="address to bind (default TROUPE_HTTP_HOST, 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port (default TROUPE_HTTP_PORT, 8750; 0: a free one)")
 
     runs = sub.add_parser("runs", parents=[common], help="list the recorded runs")
     runs.add_argument("--json", action="store_true")
@@ -143,6 +154,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         out_dir=getattr(args, "out", None), resolution=getattr(args, "resolution", None),
         slow_render_ms=getattr(args, "slow_render_ms", None),
         llm_backend=getattr(args, "llm", None), tts_backend=getattr(args, "tts", None),
+        http_host=getattr(args, "host", None), http_port=getattr(args, "port", None),
     )
 
 
@@ -251,9 +263,28 @@ async def _actor(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _danmaku_batch(args: argparse.Namespace) -> list[DanmakuReceived]:
-    """The danmaku to send, all validated before anything is sent."""
+def _danmaku_batch(args: argparse.Namespace) -> tuple[list[DanmakuReceived], list[float] | None]:
+    """The danmaku to send, all validated before anything is sent, and when to send each
+    (seconds after the first; None: at once)."""
     now = int(time.time() * 1000)
+    if args.bilibili is not None:
+        if args.file is not None or args.text is not None:
+            raise UsageError("give the comment text, --file or --bilibili, one of them")
+        if any(v is not None for v in (args.user, args.role, args.kind, args.danmaku_id)):
+            raise UsageError("--user, --role, --kind and --id are for one comment, not --bilibili")
+        if not 0 < args.speed <= 10_000:  # also refuses nan
+            raise UsageError("--speed must be above 0 (1: as recorded, 20: twenty times faster)")
+        try:
+            timed = read_bilibili_xml(args.bilibili, args.run, now)
+        except DanmakuFileError as exc:
+            raise UsageError(str(exc)) from None
+        return [t.event for t in timed], [t.at_s / args.speed for t in timed]
+    if args.speed != 1.0:
+        raise UsageError("--speed is for --bilibili")
+    return _one_or_file(args, now), None
+
+
+def _one_or_file(args: argparse.Namespace, now: int) -> list[DanmakuReceived]:
     if args.file is None:
         if args.text is None:
             raise UsageError("give the comment text or --file")
@@ -275,7 +306,7 @@ async def _publish(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--run must be letters, digits, _ or -")
     if not 0 <= args.wait < 3600:  # also refuses nan
         raise UsageError("--wait must be 0 or more seconds (under an hour)")
-    batch = _danmaku_batch(args)  # validate everything before sending anything
+    batch, offsets = _danmaku_batch(args)  # validate everything before sending anything
     url = settings.nats_url or running_server(announcement_path(settings.state_dir))
     if url is None:
         raise RunError(f"no running show found in {settings.state_dir} "
@@ -288,7 +319,7 @@ async def _publish(args: argparse.Namespace, settings: Settings) -> int:
 
     nc = await connect(url, "troupe-publish")
     try:
-        sent = await send(nc, args.run, batch, args.wait, sent_line)
+        sent = await send(nc, args.run, batch, args.wait, sent_line, offsets)
     except (nats.errors.Error, TimeoutError) as exc:
         raise BusError(f"NATS at {url} failed: {exc or type(exc).__name__}") from None
     finally:
@@ -298,6 +329,8 @@ async def _publish(args: argparse.Namespace, settings: Settings) -> int:
             print(orjson.dumps({**s.to_dict(), "run": args.run}).decode())
         elif args.wait > 0 or s.duplicate:
             print(s.describe(args.wait))
+    if not args.json and len(sent) > 1 and args.wait > 0:
+        print(tally(sent, args.wait))
     return 0
 
 
@@ -406,6 +439,32 @@ async def _replay(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    url = settings.nats_url or running_server(announcement_path(settings.state_dir))
+    if url is None:
+        raise RunError(f"no running show found in {settings.state_dir} "
+                       "(start one with troupe up, or give --nats URL)")
+    nc = await connect(url, "troupe-serve")
+    server = WebServer(nc, settings)
+    try:
+        try:
+            port = await server.start()
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {settings.http_host}:{settings.http_port}: {exc.strerror}") from None
+        who = "token required" if settings.preview_token else "sending off: no TROUPE_PREVIEW_TOKEN"
+        print(f"troupe: serving POST http://{settings.http_host}:{port}/runs/RUN/danmaku ({who}), NATS {url}",
+              file=sys.stderr, flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+    finally:
+        await server.close()
+        await nc.close()
+    return 0
+
+
 async def _export(args: argparse.Namespace, settings: Settings) -> int:
     result = export.export(_store(settings), args.run, args.output, settings)
     print(f"exported run {args.run} to {result.path}: {result.frames} frames, {result.duration_ms / 1000:.1f} s "
@@ -422,7 +481,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = _settings(args)
         command = {
             "up": _up, "actor": _actor, "publish": _publish, "runs": _runs, "inspect": _inspect,
-            "replay": _replay, "export": _export,
+            "replay": _replay, "export": _export, "serve": _serve,
         }[args.command]
         return asyncio.run(command(args, settings))
     except TroupeError as exc:

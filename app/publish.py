@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,9 +69,15 @@ def read_danmaku_file(path: Path, run: str, now_ms: int) -> list[DanmakuReceived
 
 def _file_line(line: str, default_id: str, run: str, now_ms: int) -> DanmakuReceived:
     """One line, checked by the codec exactly as the director will decode it."""
-    doc = orjson.loads(line)
+    return danmaku_from(orjson.loads(line), default_id, run, now_ms)
+
+
+def danmaku_from(doc: object, default_id: str, run: str, now_ms: int) -> DanmakuReceived:
+    """A producer's danmaku object (``user``, ``text``, ``to``, ``kind``, ``id``), checked by the
+    codec exactly as the director will decode it; DecodeError says what is wrong."""
     if not isinstance(doc, dict):
         raise DecodeError(f"expected a JSON object, got {type(doc).__name__}")
+    doc = dict(doc)
     own_id = doc.pop("id", None)
     if own_id == "":
         raise DecodeError("must not be empty", "id")
@@ -113,6 +121,7 @@ class Sent:
         if isinstance(a, DanmakuRejected | DanmakuSkipped):
             return {"id": self.id, "outcome": a.type.split(".")[1], "reason": a.reason, "detail": a.detail}
         return {"id": self.id, "outcome": None}
+
 
     def describe(self, wait_s: float) -> str:
         """One line: the id and its outcome."""
@@ -164,9 +173,12 @@ class _Answers:
 
 async def send(
     nc: Client, run: str, batch: Sequence[DanmakuReceived], wait_s: float,
-    on_sent: Callable[[Sent], None] | None = None,
+    on_sent: Callable[[Sent], None] | None = None, offsets_s: Sequence[float] | None = None,
 ) -> list[Sent]:
-    """Check the run, publish the batch and wait up to ``wait_s`` (all together) for the answers."""
+    """Check the run, publish the batch and wait up to ``wait_s`` (all together) for the answers.
+
+    With ``offsets_s`` each danmaku is published that many seconds after the first (a recorded
+    chat at its pace), stamped with the time it is sent."""
     js = nc.jetstream(timeout=10.0)
     await check_run(js, run)
     answers = _Answers({e.id for e in batch})
@@ -175,7 +187,13 @@ async def send(
     sent: list[Sent] = []
     try:
         await nc.flush()  # subscribed on the server before the first danmaku: no answer slips by
-        for event in batch:
+        start = time.time()
+        for i, event in enumerate(batch):
+            if offsets_s is not None:
+                delay = start + offsets_s[i] - time.time()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                event = dataclasses.replace(event, at_ms=int(time.time() * 1000))
             ack = await (await publish_event(js, event))
             sent.append(Sent(event.id, duplicate=bool(ack.duplicate)))
             if on_sent is not None:
@@ -188,3 +206,13 @@ async def send(
     for s in sent:
         s.answer = answers.found.get(s.id)
     return sent
+
+
+def tally(sent: Sequence[Sent], wait_s: float) -> str:
+    """One line counting the outcomes of a batch."""
+    counts: dict[str, int] = {}
+    for s in sent:
+        outcome = s.to_dict()["outcome"]
+        key = str(outcome) if outcome is not None else f"no outcome within {wait_s:g} s"
+        counts[key] = counts.get(key, 0) + 1
+    return f"{len(sent)} danmaku: " + ", ".join(f"{n} {key}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))

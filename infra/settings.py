@@ -62,6 +62,9 @@ class Settings:
     role_wait_budget_ms: int = 4000      # QoS raises a role's weight while its work waits longer
     video_crf: int = 23
     video_preset: str = "veryfast"
+    http_host: str = "127.0.0.1"         # the HTTP endpoint's address (0.0.0.0: reachable from other hosts)
+    http_port: int = 8750                # troupe serve: POST /runs/RUN/danmaku
+    preview_token: str | None = None     # the token that may send danmaku over HTTP; None: nobody may
     extra: Mapping[str, str] = field(default_factory=dict)
 
     def replace(self, **changes: object) -> Settings:

@@ -107,6 +107,13 @@ class LLMActor(ScheduledActor):
         for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken):
             per_run.pop(run, None)
 
+    def close(self) -> None:
+        """Stop the writers that hold something outside this process (a served model's engine)."""
+        for writer in {id(w): w for w in (self.writer, *self._writers.values())}.values():
+            close = getattr(writer, "close", None)
+            if close is not None:
+                close()
+
     def writer_for(self, role: RoleSpec) -> ReplyWriter:
         """The role's writer: the backend (and model) its show entry names, else the settings';
         a writer that cannot write the role's language falls back to the scripted replies."""

@@ -100,6 +100,7 @@ class VllmWriter(ReplyWriter):
         self._ids = itertools.count()
         self._adapters: dict[str, LoRARequest] = {}
         self._lock = threading.Lock()
+        self._closed = False
 
         async def start() -> AsyncLLM:
             return AsyncLLM.from_engine_args(args)
@@ -152,11 +153,15 @@ class VllmWriter(ReplyWriter):
         return Reply(request)
 
     def close(self) -> None:
-        """Stop the engine and its loop."""
+        """Stop the engine (its processes) and its loop; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self._call(asyncio.to_thread(self.engine.shutdown), timeout=60)
         finally:
             self._stop_loop()
+            del self.engine  # collected now, not at interpreter exit (where its __del__ fails)
 
     def _stop_loop(self) -> None:
         self._loop.call_soon_threadsafe(self._loop.stop)

@@ -163,13 +163,23 @@ async def test_a_show_gets_its_replies_from_an_llm_worker_on_vllm(tiny_model: Pa
         # Served by vLLM (a reply cut at the stage's room is aborted, not counted as a success).
         assert _sample(metrics, "vllm:generation_tokens_total") > 0
         assert _sample(metrics, "vllm:request_success_total") >= 1
+        engine_processes = _children(worker.pid)
+        assert engine_processes  # vLLM's engine runs in processes of its own
+        worker.terminate()  # a worker stopped as compose or systemd stop it
+        assert await asyncio.to_thread(worker.wait, 60) == 0
+        # ... stops its engine with it: nothing is left running (and holding memory).
+        await wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in engine_processes),
+                       timeout_s=30, what="the engine's processes exit")
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=60)
-        except subprocess.TimeoutExpired:
+        if worker.poll() is None:
             worker.kill()
         await server.stop()
+
+
+def _children(pid: int) -> list[int]:
+    """The process ids a process has started (all its threads' children)."""
+    return [int(child) for task in Path(f"/proc/{pid}/task").iterdir()
+            for child in (task / "children").read_text().split()]
 
 
 def _scrape(port: int) -> str:

@@ -7,6 +7,10 @@ not come (a backlog on the audio stream), the audio waits at that place, a bound
 while, so that the speech lands under the moving mouth; past the bound the place is
 written as silence and logged.  Frames the renderer skipped are repeated, so the
 video keeps the show clock.
+
+Live outputs (``TROUPE_RTMP_URL``, ``TROUPE_HLS_DIR``) get the same encoded packets as the
+MP4 as they are made (``actors.backends.live``): each connection, drop and end is an
+``output.*`` event; they never block the sink and never affect the file.
 """
 
 from __future__ import annotations
@@ -15,15 +19,18 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from actors.backends.live import LiveOutput, Status
 from actors.backends.mp4 import Mp4Writer
 from actors.base import ClockedActor, Context
 from actors.render import frame_count
 from events.audio import AudioChunk
 from events.base import Event
 from events.frame import FrameRendered
+from events.output import OutputClosed, OutputConnected, OutputDropped
 from events.run import RunEnded, RunStarted
 from events.show import RESOLUTIONS
 from events.viseme import VisemeCut, VisemeTrack
@@ -75,6 +82,9 @@ class _Mux:
     silenced: int = 0                 # placed chunks whose PCM came too late: their place is silent
     end_ms: int | None = None
     closed: bool = False
+    outputs: list[LiveOutput] = field(default_factory=list)
+    reported: int = 0  # output events emitted (their ids count)
+    closing: list[Event] = field(default_factory=list)  # the outputs' last events, once finished
 
 
 class SinkActor(ClockedActor):
@@ -82,7 +92,7 @@ class SinkActor(ClockedActor):
 
     name = "sink"
     consumes = (RunStarted, RunEnded, FrameRendered, VisemeTrack, VisemeCut, AudioChunk)
-    emits = ()
+    emits = (OutputConnected, OutputDropped, OutputClosed)
     plays_replays = True  # a playback is written to its own MP4
     blocking = True
 
@@ -100,7 +110,7 @@ class SinkActor(ClockedActor):
             return ()
         mux = self._muxes.get(event.run)
         if mux is None or mux.closed:
-            return ()
+            return self._reports(mux, ctx.now_ms) if mux is not None else ()
         if isinstance(event, FrameRendered):
             mux.pending_frames[event.n] = event.jpeg
             self._write_frames(mux)
@@ -114,7 +124,7 @@ class SinkActor(ClockedActor):
             mux.end_ms = event.duration_ms
         self._advance(mux, ctx.now_ms)
         self._maybe_finish(event.run, mux, ctx.now_ms)
-        return ()
+        return self._reports(mux, ctx.now_ms)
 
     # A run whose audio waits for a chunk is clocked: when the wait runs out, the place is
     # written as silence (and the file finished) even if no other event comes.
@@ -132,7 +142,28 @@ class SinkActor(ClockedActor):
         if mux is not None and not mux.closed:
             self._advance(mux, ctx.now_ms)
             self._maybe_finish(ctx.run_id, mux, ctx.now_ms)
-        return ()
+        return self._reports(mux, ctx.now_ms) if mux is not None else ()
+
+    def _reports(self, mux: _Mux, now_ms: int) -> list[Event]:
+        """The live outputs' connections and drops since the last call, and their ends."""
+        out: list[Event] = []
+        for output in mux.outputs:
+            for status in output.statuses():
+                out.append(self._event(mux, output, status, now_ms))
+        out += mux.closing
+        mux.closing = []
+        return out
+
+    def _event(self, mux: _Mux, output: LiveOutput, status: Status | None, now_ms: int) -> Event:
+        mux.reported += 1
+        common: dict[str, Any] = {"id": f"{mux.run.run}-output-{mux.reported}", "run": mux.run.run, "t_ms": now_ms,
+                  "output": output.kind, "target": output.shown}
+        if status is None:
+            return OutputClosed(packets_sent=output.sent, packets_lost=output.lost, reconnects=output.reconnects,
+                                **common)
+        if status.kind == "connected":
+            return OutputConnected(attempt=status.attempt, **common)
+        return OutputDropped(reason=status.reason, retry_in_ms=status.retry_in_ms, **common)
 
     def _open(self, run: RunStarted) -> None:
         if run.run in self._muxes:
@@ -141,8 +172,20 @@ class SinkActor(ClockedActor):
         out = Path(self.settings.out_dir)
         out.mkdir(parents=True, exist_ok=True)
         path = out / f"{run.run}.mp4"
-        writer = Mp4Writer(path, width, height, run.fps, SAMPLE_RATE, self.settings.video_crf, self.settings.video_preset)
-        self._muxes[run.run] = _Mux(run, writer, path, run.fps)
+        live = {"rtmp": self.settings.rtmp_url, "hls": None}
+        if self.settings.hls_dir is not None:
+            live["hls"] = str(Path(self.settings.hls_dir) / run.run / "index.m3u8")
+        targets = {kind: target for kind, target in live.items() if target}
+        writer = Mp4Writer(
+            path, width, height, run.fps, SAMPLE_RATE, self.settings.video_crf, self.settings.video_preset,
+            keyint=round(self.settings.live_keyint_s * run.fps) if targets else None,
+            maxrate_kbps=self.settings.live_bitrate_kbps if targets else None,
+        )
+        mux = self._muxes[run.run] = _Mux(run, writer, path, run.fps)
+        for kind, target in targets.items():
+            output = LiveOutput(kind, target, *writer.streams)
+            writer.tap(output.offer)
+            mux.outputs.append(output)
 
     def _take_audio(self, mux: _Mux, chunk: AudioChunk) -> None:
         if chunk.id in mux.spent or chunk.id in mux.pcm:  # given up on, or a redelivery
@@ -298,6 +341,10 @@ class SinkActor(ClockedActor):
         self._advance(mux, now_ms, final=True)
         mux.writer.close()
         mux.closed = True
+        for output in mux.outputs:
+            output.close()
+            mux.closing += [self._event(mux, output, status, now_ms) for status in output.statuses()]
+            mux.closing.append(self._event(mux, output, None, now_ms))
         self.finished[run] = mux.path
         if mux.silenced:
             log.warning("run %s: %d audio chunks arrived too late for the mux; their places are silent",

@@ -82,6 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--out", type=Path, help="output directory for <run>.mp4 (default: out)")
     up.add_argument("--show", type=Path, help="show file (TOML); default: the built-in demo")
     up.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    up.add_argument("--rtmp", metavar="URL", help="also push the show live to this RTMP ingest (TROUPE_RTMP_URL)")
+    up.add_argument("--hls", type=Path, metavar="DIR", help="also write a live HLS playlist under DIR/<run>/ (TROUPE_HLS_DIR)")
     up.add_argument("--actors", help=f"comma-separated actors to run here (default: all of {','.join(ACTOR_NAMES)})")
     up.add_argument("--resolution", choices=tuple(RESOLUTIONS))
     up.add_argument("--run", help="run id (default: a new one)")
@@ -153,6 +155,7 @@ def _settings(args: argparse.Namespace) -> Settings:
         nats_url=args.nats, store_url=args.store, state_dir=args.state_dir,
         out_dir=getattr(args, "out", None), resolution=getattr(args, "resolution", None),
         slow_render_ms=getattr(args, "slow_render_ms", None),
+        rtmp_url=getattr(args, "rtmp", None), hls_dir=getattr(args, "hls", None),
         llm_backend=getattr(args, "llm", None), tts_backend=getattr(args, "tts", None),
         http_host=getattr(args, "host", None), http_port=getattr(args, "port", None),
     )

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Engine
 
-from app.summary import quantiles
+from app.summary import live_outputs, quantiles
 from events.base import Event
 from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
 from events.error import DeadLettered
@@ -135,6 +135,7 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
         },
         # A reply dropped on purpose: why (the reason without its numbers and ids) and how often.
         "dropped": dict(Counter(_gist(e.reason) for e in drops).most_common()),
+        "outputs": live_outputs(engine, run),
         "errors": errors,
     }
 
@@ -209,6 +210,12 @@ def format_report(doc: dict[str, Any]) -> str:
         " (" + ", ".join(f"{k} {v}" for k, v in skip["by_reason"].items()) + ")" if skip["count"] else "")]
     lines += [f"  {_ms(x['t_ms'])} {x['reason']}: {x['text']}" for x in skip["examples"]]
     lines += ["", "replies dropped: " + (", ".join(f"{k} {v}" for k, v in doc["dropped"].items()) or "0")]
+    for out in doc["outputs"]:
+        sent = "-" if out["packets_sent"] is None else out["packets_sent"]
+        lines += ["", f"live output {out['output']} {out['target']}: connected {out['connected']}x, "
+                  f"{len(out['drops'])} drops, {out['reconnects']} reconnects, packets sent {sent}, "
+                  f"lost {'-' if out['packets_lost'] is None else out['packets_lost']}"]
+        lines += [f"  {_ms(d['t_ms'])} dropped: {d['reason']}" for d in out["drops"]]
     lines += ["", f"errors: {len(doc['errors'])}"]
     lines += [f"  {_ms(x['t_ms'])} {x['actor']} {x['subject']}: {x['reason']} ({x['deliveries']} deliveries)"
               for x in doc["errors"]]

@@ -164,6 +164,28 @@ def danmaku_outcomes(engine: Engine, run: str) -> dict[str, Any]:
     }
 
 
+def live_outputs(engine: Engine, run: str) -> list[dict[str, Any]]:
+    """Each live output of a run: where, packets sent and lost, drops (with their reasons) and reconnects."""
+    query = (select(events.c.body).where(events.c.run == run, events.c.type.like("output.%"))
+             .order_by(events.c.t_ms, events.c.pos))
+    outputs: dict[tuple[str, str], dict[str, Any]] = {}
+    with engine.connect() as conn:
+        for (body,) in conn.execute(query):
+            doc = orjson.loads(body)
+            p = doc["payload"]
+            out = outputs.setdefault((p["output"], p["target"]), {
+                "output": p["output"], "target": p["target"], "connected": 0, "drops": [], "reconnects": 0,
+                "packets_sent": None, "packets_lost": None,
+            })
+            if doc["type"] == "output.connected":
+                out["connected"] += 1
+            elif doc["type"] == "output.dropped":
+                out["drops"].append({"t_ms": doc["t_ms"], "reason": p["reason"]})
+            elif doc["type"] == "output.closed":
+                out.update(packets_sent=p["packets_sent"], packets_lost=p["packets_lost"], reconnects=p["reconnects"])
+    return list(outputs.values())
+
+
 def summarise(engine: Engine, run: str, mp4: str | None, fps: int = 25) -> dict[str, Any]:
     """The summary object ``troupe up --json`` prints."""
     counts = event_counts(engine, run)
@@ -172,6 +194,7 @@ def summarise(engine: Engine, run: str, mp4: str | None, fps: int = 25) -> dict[
     return {
         "run": run,
         "mp4": mp4,
+        "outputs": live_outputs(engine, run),
         "events": dict(sorted(counts.items())),
         "latency_ms": {
             "danmaku_to_first_audio": quantiles(lat["audio"]),

@@ -12,7 +12,7 @@ from events.base import Event
 
 PREFIX = "troupe"
 TOKEN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-FAMILIES = ("run", "role", "danmaku", "cue", "utterance", "audio", "viseme", "frame", "qos", "error")
+FAMILIES = ("run", "role", "danmaku", "cue", "utterance", "audio", "viseme", "frame", "qos", "output", "error")
 
 
 def is_token(value: str) -> bool:

@@ -62,6 +62,10 @@ class Settings:
     role_wait_budget_ms: int = 4000      # QoS raises a role's weight while its work waits longer
     video_crf: int = 23
     video_preset: str = "veryfast"
+    rtmp_url: str | None = None          # a live RTMP ingest the sink pushes each run to (FLV, H.264 + AAC)
+    hls_dir: Path | None = None          # a live HLS playlist per run under here: <dir>/<run>/index.m3u8
+    live_keyint_s: float = 2.0           # keyframe interval with a live output (where a viewer joins, a drop resumes)
+    live_bitrate_kbps: int = 2500        # the video's bitrate cap with a live output
     http_host: str = "127.0.0.1"         # the HTTP endpoint's address (0.0.0.0: reachable from other hosts)
     http_port: int = 8750                # troupe serve: POST /runs/RUN/danmaku
     preview_token: str | None = None     # the token that may send danmaku over HTTP; None: nobody may

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from fractions import Fraction
 from pathlib import Path
 from types import TracebackType
@@ -21,7 +22,8 @@ class Mp4Writer:
     """Writes H.264 video and AAC audio into an MP4 file."""
 
     def __init__(self, path: str | Path, width: int, height: int, fps: int = 25, sample_rate: int = 22050,
-                 crf: int = 23, preset: str = "veryfast") -> None:
+                 crf: int = 23, preset: str = "veryfast", keyint: int | None = None,
+                 maxrate_kbps: int | None = None) -> None:
         if width <= 0 or height <= 0 or width % 2 or height % 2:
             raise ValueError(f"yuv420p needs even positive width and height, got {width}x{height}")
         self._path = Path(path)
@@ -39,6 +41,10 @@ class Mp4Writer:
             video.codec_context.time_base = Fraction(1, fps)
             video.codec_context.color_range = 1  # MPEG (limited): what every player assumes
             video.options = {"crf": str(crf), "preset": preset}
+            if keyint is not None:  # a live output joins, and resumes after a drop, at a keyframe
+                video.options |= {"g": str(keyint), "keyint_min": str(keyint), "sc_threshold": "0"}
+            if maxrate_kbps is not None:  # capped CRF: the quality of CRF within an ingest's bitrate
+                video.options |= {"maxrate": f"{maxrate_kbps}k", "bufsize": f"{2 * maxrate_kbps}k"}
             video.thread_count = 0  # x264 picks (1.5 x cores frame threads); measured fastest
             audio = self._container.add_stream("aac", rate=sample_rate)
             audio.codec_context.layout = "mono"
@@ -53,9 +59,25 @@ class Mp4Writer:
         # The resampler also re-chunks arbitrary writes into AAC-sized frames, buffering the rest.
         self._resampler = av.AudioResampler(format="fltp", layout="mono", rate=sample_rate,
                                             frame_size=_AAC_FRAME)
+        self._taps: list[Callable[[str, list[av.Packet]], None]] = []
         self._jpeg = av.CodecContext.create("mjpeg", "r")
         self._jpeg.thread_count = 1  # one frame in, one frame out: no decoder delay
         self._scaler = VideoReformatter()
+
+    @property
+    def streams(self) -> tuple[Any, Any]:
+        """The (video, audio) streams: templates for another container of the same packets."""
+        return self._video, self._audio
+
+    def tap(self, receiver: Callable[[str, list[av.Packet]], None]) -> None:
+        """Also hand every encoded packet to ``receiver("video" | "audio", packets)`` before it
+        is written (a live output copies them)."""
+        self._taps.append(receiver)
+
+    def _mux(self, stream: str, packets: list[av.Packet]) -> None:
+        for receiver in self._taps:
+            receiver(stream, packets)
+        self._container.mux(packets)
 
     @property
     def path(self) -> Path:
@@ -102,7 +124,7 @@ class Mp4Writer:
         # Decoded JPEGs are tagged I; libx264 would then make every frame a keyframe (50x bigger, 2x slower).
         frame.pict_type = PictureType.NONE
         self._frames += 1
-        self._container.mux(self._video.encode(frame))
+        self._mux("video", self._video.encode(frame))
 
     def write_audio(self, pcm: bytes) -> None:
         """Appends s16le mono PCM at the writer's sample rate to the audio timeline."""
@@ -123,7 +145,7 @@ class Mp4Writer:
             # pts by sample count keeps audio continuous, hence in sync with frame-count video.
             chunk.pts, chunk.time_base = self._samples, self._atb
             self._samples += chunk.samples
-            self._container.mux(self._audio.encode(chunk))
+            self._mux("audio", self._audio.encode(chunk))
 
     def close(self) -> None:
         """Flushes both encoders, finishes the file and renames it from .part; idempotent."""
@@ -132,8 +154,8 @@ class Mp4Writer:
         self._closed = True
         try:
             self._encode_audio(None)
-            self._container.mux(self._audio.encode(None))
-            self._container.mux(self._video.encode(None))
+            self._mux("audio", self._audio.encode(None))
+            self._mux("video", self._video.encode(None))
             # PyAV writes the header with the first packet; an empty show still gets a file.
             self._container.start_encoding()
         finally:

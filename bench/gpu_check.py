@@ -8,6 +8,9 @@ onnxruntime, and a CUDA build of torch)
   8 frames (``draw_batch`` + ``encode_batch``), with the JPEG encoder each device used;
 - TTS: the onnx voice's real-time factor, CPU execution provider vs CUDA;
 - LLM: the transformers writer's time to first sentence and tokens/s, CPU vs CUDA;
+- the interaction latency (danmaku -> first viseme frame, ``bench.latency`` with the
+  transformers writer, the onnx voice and the renderer) with every GPU path on, against the
+  same with the GPU hidden;
 - torch's peak CUDA memory;
 - vLLM: time to first token (the engine's own histogram) and tokens/s with 1, 4 and 8 roles
   asking at once, measured by ``bench.models`` run with ``--vllm-python`` (vLLM pins its own
@@ -26,6 +29,7 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -100,6 +104,20 @@ def llm_speed(device: str) -> tuple[float, float]:
     return median(firsts), median(rates)
 
 
+def interaction_latency(device: str) -> tuple[float, float]:
+    """``bench.latency`` with the real models (transformers, onnx) and the renderer on ``device``,
+    every actor in one process: danmaku -> first viseme frame, p50 and p99 ms.  On ``cpu`` the
+    GPU is hidden from it, so nothing runs there."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TROUPE_RENDER_DEVICE": device}
+    if device == "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    command = [sys.executable, "-m", "bench.latency", "--llm", "transformers", "--tts", "onnx", "--count", "10",
+               "--interval", "4", "--split", "", "--json", "--result", f"gpu_check-latency-{device}"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, check=True)
+    doc = json.loads(done.stdout.strip().splitlines()[-1])
+    return float(doc["p50_ms"]), float(doc["p99_ms"])
+
+
 def vllm_speed(python: str | None, model: str | None) -> tuple[list[dict[str, Any]], str | None]:
     """``bench.models``' vLLM rows, run by the interpreter of a vLLM environment."""
     if python is None:
@@ -155,6 +173,13 @@ def main() -> None:
     rows.append(["transformers tokens/s", round(cpu_rate, 1), _or(gpu_rate, reason)])
     doc["llm"] = {"cpu": {"first_sentence_ms": cpu_first, "tokens_per_s": cpu_rate},
                   "cuda": {"first_sentence_ms": gpu_first, "tokens_per_s": gpu_rate}}
+
+    cpu_lat = interaction_latency("cpu")
+    gpu_lat = interaction_latency("cuda") if reason is None else None
+    rows.append(["interaction latency p50 / p99 ms (transformers, onnx, render)",
+                 f"{cpu_lat[0]:.0f} / {cpu_lat[1]:.0f}",
+                 f"{gpu_lat[0]:.0f} / {gpu_lat[1]:.0f}" if gpu_lat else f"skipped: {reason}"])
+    doc["interaction_latency_ms"] = {"cpu": cpu_lat, "cuda": gpu_lat}
 
     memory = torch.cuda.max_memory_allocated() / 2**20 if reason is None else None
     rows.append(["torch peak CUDA memory MiB", "-", _or(memory, reason, 0)])

@@ -151,6 +151,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--llm", default="scripted", help="LLM backend (TROUPE_LLM_BACKEND)")
     parser.add_argument("--tts", default="espeak", help="TTS backend (TROUPE_TTS_BACKEND)")
+    parser.add_argument("--result", help="the name of the results file (default: from the options)")
     parser.add_argument(
         "--split", default="sink,recorder",
         help="comma-separated actors to run in processes of their own (default sink,recorder; '' for none)",
@@ -172,7 +173,7 @@ def main() -> None:
         f"the floor): p50 {doc['all_p50_ms']:.0f} ms, p99 {doc['all_p99_ms']:.0f} ms"
     )
     models = "" if (args.llm, args.tts) == ("scripted", "espeak") else f"-{args.llm}-{args.tts}"
-    write_result(("latency" if split else "latency-one-process") + models, doc)
+    write_result(args.result or ("latency" if split else "latency-one-process") + models, doc)
     if args.json:
         print(json.dumps({k: doc[k] for k in (
             "p50_ms", "p99_ms", "all_p50_ms", "all_p99_ms", "count", "answered", "idle",

@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -65,7 +65,9 @@ class TransformersWriter(ReplyWriter):
                 self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
         except (OSError, ValueError) as exc:
             raise ModelError(f"cannot load the model {path}: {exc}") from None
-        self.model.eval()
+        # On the GPU when there is one (a deployment's llm worker), else the CPU.
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        self.model = cast(Any, self.model).to(device).eval()
         self.max_new_tokens = max_new_tokens
         self.label = f"transformers:{path.stem}:greedy:max_new_tokens={max_new_tokens}"
 

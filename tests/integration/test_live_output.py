@@ -88,7 +88,7 @@ def _times(path: Path) -> dict[str, list[float]]:
 
 async def test_a_show_pushed_over_rtmp_resumes_after_the_server_comes_back(nginx: Nginx, tmp_path: Path) -> None:
     await wait_for(nginx.listening, timeout_s=10, what="nginx listens")
-    duration = 16.0
+    duration = 24.0
     async with EmbeddedNats(tmp_path / "nats") as server:
         settings = load_settings(environ={}, nats_url=server.url, state_dir=tmp_path / "state",
                                  out_dir=tmp_path / "out", metrics_port=-1,
@@ -97,7 +97,7 @@ async def test_a_show_pushed_over_rtmp_resumes_after_the_server_comes_back(nginx
             show = asyncio.create_task(run_show(stage, load_show(), duration))
 
             async def outage() -> None:
-                await wait_for(lambda: bool(nginx.recordings()) and nginx.recordings()[0].stat().st_size > 50_000,
+                await wait_for(lambda: bool(nginx.recordings()) and nginx.recordings()[0].stat().st_size > 20_000,
                                timeout_s=30, what="the stream reaches nginx")
                 nginx.kill()
                 await asyncio.sleep(5)  # the outage itself: five seconds without a server

@@ -101,7 +101,7 @@ class LLMActor(ScheduledActor):
         )]
 
     def holds(self, run: str) -> bool:
-        return any(run in per_run for per_run in (self._shows, self.factors, self.windows, self._held))
+        return any(run in per_run for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken))
 
     def release(self, run: str) -> None:
         for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken):
@@ -117,22 +117,22 @@ class LLMActor(ScheduledActor):
     def writer_for(self, role: RoleSpec) -> ReplyWriter:
         """The role's writer: the backend (and model) its show entry names, else the settings';
         a writer that cannot write the role's language falls back to the scripted replies."""
-        if role.llm_backend is None and role.llm_model is None:
-            writer = self.writer
-        else:
-            key = (role.llm_backend or self.settings.llm_backend, role.llm_model)
-            if key not in self._writers:
-                self._writers[key] = self.backends.reply_writer(key[0], model=key[1])
-            writer = self._writers[key]
+        writer = (self.writer if role.llm_backend is None and role.llm_model is None else
+                  self._built(role.llm_backend or self.settings.llm_backend, role.llm_model))
         languages = getattr(writer, "languages", None)
         if languages is not None and role.language not in languages:
-            key = ("scripted", None)
-            if key not in self._writers:
+            if ("scripted", None) not in self._writers:  # said once, when the fallback is first built
                 log.warning("the %s writer cannot write %r: role %s gets scripted replies",
                             writer.name, role.language, role.id)
-                self._writers[key] = self.backends.reply_writer("scripted")
-            writer = self._writers[key]
+            writer = self._built("scripted", None)
         return writer
+
+    def _built(self, backend: str, model: str | None) -> ReplyWriter:
+        """The writer of a backend and model, built on first use."""
+        key = (backend, model)
+        if key not in self._writers:
+            self._writers[key] = self.backends.reply_writer(backend, model=model)
+        return self._writers[key]
 
     def _show(self, ctx: Context) -> Show:
         assert ctx.run is not None
@@ -185,7 +185,8 @@ class LLMActor(ScheduledActor):
                 reason=f"deadline passed {ctx.now_ms - event.deadline_ms} ms before writing", **common,
             )]
         assert ctx.run is not None
-        role = self._show(ctx).role(event.role or "")
+        show = self._show(ctx)
+        role = show.role(event.role or "")
         if role is None:
             return [UtteranceDropped(
                 id=event.derive("dropped"), t_ms=ctx.now_ms, utterance=event.id,
@@ -193,7 +194,6 @@ class LLMActor(ScheduledActor):
             )]
         persona = Persona(role.id, role.name, role.persona, role.language, role.keywords, role.llm_adapter)
         limit = min(self.settings.llm_max_sentences, event.max_sentences or self.settings.llm_max_sentences)
-        show = self._show(ctx)
         context = tuple(f"{_name(show, who)}: {text}" for _, who, text in self._spoken.get(event.run, ()))
         prompt = Prompt(cue_id=event.id, user=event.user, text=event.text, seed=ctx.run.seed, context=context,
                         max_sentences=limit)

@@ -172,10 +172,11 @@ class SinkActor(ClockedActor):
         out = Path(self.settings.out_dir)
         out.mkdir(parents=True, exist_ok=True)
         path = out / f"{run.run}.mp4"
-        live = {"rtmp": self.settings.rtmp_url, "hls": None}
+        targets: dict[str, str] = {}
+        if self.settings.rtmp_url:
+            targets["rtmp"] = self.settings.rtmp_url
         if self.settings.hls_dir is not None:
-            live["hls"] = str(Path(self.settings.hls_dir) / run.run / "index.m3u8")
-        targets = {kind: target for kind, target in live.items() if target}
+            targets["hls"] = str(Path(self.settings.hls_dir) / run.run / "index.m3u8")
         writer = Mp4Writer(
             path, width, height, run.fps, SAMPLE_RATE, self.settings.video_crf, self.settings.video_preset,
             keyint=round(self.settings.live_keyint_s * run.fps) if targets else None,

@@ -237,12 +237,27 @@ def _announce(stage: Stage, show: Show, started: RunStarted) -> None:
           f"troupe: talk to it from another terminal: {shlex.join(command)}", file=sys.stderr, flush=True)
 
 
-async def _actor(args: argparse.Namespace, settings: Settings) -> int:
-    BACKENDS.check(settings)  # an unknown backend name: one line, before connecting
+def _stop_on_signals() -> asyncio.Event:
+    """An event set by SIGTERM or SIGINT: a worker stops cleanly (its models and files closed)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    return stop
+
+
+def _show_nats(settings: Settings) -> str:
+    """The NATS server to talk to: the one given, else the embedded one of a running troupe up."""
+    url = settings.nats_url or running_server(announcement_path(settings.state_dir))
+    if url is None:
+        raise RunError(f"no running show found in {settings.state_dir} "
+                       "(start one with troupe up, or give --nats URL)")
+    return url
+
+
+async def _actor(args: argparse.Namespace, settings: Settings) -> int:
+    BACKENDS.check(settings)  # an unknown backend name: one line, before connecting
+    stop = _stop_on_signals()
     names = [n.strip() for n in args.name.split(",") if n.strip()]
     unknown = [n for n in names if n not in ACTORS]
     if not names or unknown:
@@ -310,10 +325,7 @@ async def _publish(args: argparse.Namespace, settings: Settings) -> int:
     if not 0 <= args.wait < 3600:  # also refuses nan
         raise UsageError("--wait must be 0 or more seconds (under an hour)")
     batch, offsets = _danmaku_batch(args)  # validate everything before sending anything
-    url = settings.nats_url or running_server(announcement_path(settings.state_dir))
-    if url is None:
-        raise RunError(f"no running show found in {settings.state_dir} "
-                       "(start one with troupe up, or give --nats URL)")
+    url = _show_nats(settings)
     log.info("publishing %d danmaku to run %s on %s", len(batch), args.run, url)
 
     def sent_line(s: Sent) -> None:
@@ -443,10 +455,7 @@ async def _replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _serve(args: argparse.Namespace, settings: Settings) -> int:
-    url = settings.nats_url or running_server(announcement_path(settings.state_dir))
-    if url is None:
-        raise RunError(f"no running show found in {settings.state_dir} "
-                       "(start one with troupe up, or give --nats URL)")
+    url = _show_nats(settings)
     nc = await connect(url, "troupe-serve")
     server = WebServer(nc, settings)
     try:
@@ -457,11 +466,7 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
         who = "token required" if settings.preview_token else "sending off: no TROUPE_PREVIEW_TOKEN"
         print(f"troupe: serving POST http://{settings.http_host}:{port}/runs/RUN/danmaku ({who}), NATS {url}",
               file=sys.stderr, flush=True)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        await stop.wait()
+        await _stop_on_signals().wait()
     finally:
         await server.close()
         await nc.close()

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import hashlib
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,14 @@ class DanmakuFileError(DecodeError):
 
 class RunError(ConfigError):
     """The run to talk to is not there: unknown on this server, or ended."""
+
+
+class UnknownRunError(RunError):
+    """No ``run.started`` for the run on this server."""
+
+
+class RunEndedError(RunError):
+    """The run has ended."""
 
 
 def read_danmaku_file(path: Path, run: str, now_ms: int) -> list[DanmakuReceived]:
@@ -93,12 +102,12 @@ async def check_run(js: JetStreamContext, run: str) -> None:
     try:
         await js.get_last_msg(stream, f"troupe.{run}.run.started")
     except NotFoundError:
-        raise RunError(f"no run {run} on this NATS server") from None
+        raise UnknownRunError(f"no run {run} on this NATS server") from None
     try:
         await js.get_last_msg(stream, f"troupe.{run}.run.ended")
     except NotFoundError:
         return
-    raise RunError(f"run {run} has ended")
+    raise RunEndedError(f"run {run} has ended")
 
 
 @dataclass(slots=True)
@@ -187,10 +196,10 @@ async def send(
     sent: list[Sent] = []
     try:
         await nc.flush()  # subscribed on the server before the first danmaku: no answer slips by
-        start = time.time()
+        start = time.monotonic()
         for i, event in enumerate(batch):
             if offsets_s is not None:
-                delay = start + offsets_s[i] - time.time()
+                delay = start + offsets_s[i] - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
                 event = dataclasses.replace(event, at_ms=int(time.time() * 1000))
@@ -210,9 +219,5 @@ async def send(
 
 def tally(sent: Sequence[Sent], wait_s: float) -> str:
     """One line counting the outcomes of a batch."""
-    counts: dict[str, int] = {}
-    for s in sent:
-        outcome = s.to_dict()["outcome"]
-        key = str(outcome) if outcome is not None else f"no outcome within {wait_s:g} s"
-        counts[key] = counts.get(key, 0) + 1
-    return f"{len(sent)} danmaku: " + ", ".join(f"{n} {key}" for key, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    counts = Counter(str(s.to_dict()["outcome"] or f"no outcome within {wait_s:g} s") for s in sent)
+    return f"{len(sent)} danmaku: " + ", ".join(f"{n} {key}" for key, n in counts.most_common())

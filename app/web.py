@@ -23,7 +23,7 @@ import orjson
 from aiohttp import web
 from nats.aio.client import Client
 
-from app.publish import RunError, danmaku_from, send
+from app.publish import RunEndedError, UnknownRunError, danmaku_from, send
 from events.errors import DecodeError
 from events.subjects import is_token
 from infra.settings import Settings
@@ -33,8 +33,12 @@ MAX_BODY = 2 << 20
 log = logging.getLogger(__name__)
 
 
+def _json(doc: dict[str, Any], status: int = 200) -> web.Response:
+    return web.json_response(doc, status=status, dumps=lambda d: orjson.dumps(d).decode())
+
+
 def _error(status: int, message: str, **more: Any) -> web.Response:
-    return web.json_response({"error": message, **more}, status=status, dumps=lambda d: orjson.dumps(d).decode())
+    return _json({"error": message, **more}, status)
 
 
 class WebServer:
@@ -53,11 +57,8 @@ class WebServer:
         """Serve; returns the port (``http_port`` 0: a free one)."""
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.settings.http_host, self.settings.http_port)
-        await site.start()
-        server = site._server  # noqa: SLF001 - aiohttp gives the bound port only through its server
-        assert server is not None
-        self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+        await web.TCPSite(self._runner, self.settings.http_host, self.settings.http_port).start()
+        self.port = int(self._runner.addresses[0][1])
         return self.port
 
     async def close(self) -> None:
@@ -66,7 +67,7 @@ class WebServer:
             self._runner = None
 
     async def healthz(self, request: web.Request) -> web.Response:
-        return web.json_response({"nats": self.nc.is_connected})
+        return _json({"nats": self.nc.is_connected})
 
     def _allowed(self, request: web.Request) -> web.Response | None:
         """None when the request may send; else the answer that refuses it."""
@@ -111,10 +112,11 @@ class WebServer:
             return _error(400, "bad danmaku: nothing was sent", items=errors)
         try:
             sent = await send(self.nc, run, batch, wait_s)
-        except RunError as exc:
-            return _error(404 if "no run" in str(exc) else 409, str(exc))
+        except UnknownRunError as exc:
+            return _error(404, str(exc))
+        except RunEndedError as exc:
+            return _error(409, str(exc))
         except (nats.errors.Error, TimeoutError) as exc:
             log.warning("NATS failed while sending danmaku: %s", exc)
             return _error(503, f"NATS failed: {exc or type(exc).__name__}")
-        return web.json_response({"run": run, "results": [s.to_dict() for s in sent]},
-                                 dumps=lambda d: orjson.dumps(d).decode())
+        return _json({"run": run, "results": [s.to_dict() for s in sent]})

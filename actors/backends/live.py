@@ -15,8 +15,6 @@ import contextlib
 import queue
 import re
 import threading
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,8 +45,7 @@ class LiveOutput:
     """One live output (``rtmp``: a URL; ``hls``: a playlist path) fed with the sink's packets."""
 
     def __init__(self, kind: str, target: str, video: Any, audio: Any, max_packets: int = 750,
-                 connect_timeout_s: float = 5.0, hls_segment_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 connect_timeout_s: float = 5.0, hls_segment_s: float = 2.0) -> None:
         if kind not in ("rtmp", "hls"):
             raise ValueError(f"unknown live output {kind!r}")
         self.kind, self.target = kind, target
@@ -61,10 +58,11 @@ class LiveOutput:
         self._resync = threading.Event()
         self._timeout_s = connect_timeout_s
         self._segment_s = hls_segment_s
-        self._clock = clock
-        self.sent = self.lost = self.reconnects = 0
-        self._attempts = 0
-        self._connections = 0
+        self.sent = 0
+        # Packets lost while the queue was full (counted by the sink's thread) and while
+        # disconnected or waiting for a keyframe (by the output's): one writer per counter.
+        self._lost_full = self._lost_away = 0
+        self._attempts = self._connections = self._failures = 0
         self._thread = threading.Thread(target=self._run, name=f"live-{kind}", daemon=True)
         self._thread.start()
 
@@ -81,8 +79,18 @@ class LiveOutput:
             try:
                 self._queue.put_nowait((stream, copy))
             except queue.Full:
-                self.lost += 1
+                self._lost_full += 1
                 self._resync.set()  # a gap: resume at the next keyframe
+
+    @property
+    def reconnects(self) -> int:
+        """Connections after the first."""
+        return max(0, self._connections - 1)
+
+    @property
+    def lost(self) -> int:
+        """Packets the MP4 has and this output did not send."""
+        return self._lost_full + self._lost_away
 
     def statuses(self) -> list[Status]:
         """The changes since the last call."""
@@ -107,6 +115,14 @@ class LiveOutput:
         with self._lock:
             self._statuses.append(status)
 
+    def _back_off(self, reason: str) -> bool:
+        """Report a drop, wait the next backoff step and drop what was made meanwhile; True when
+        the output was closed meanwhile."""
+        wait = _BACKOFF_S[min(self._failures, len(_BACKOFF_S) - 1)]
+        self._failures += 1
+        self._report(Status("dropped", self._attempts, reason, int(wait * 1000)))
+        return self._stop.wait(wait) or self._drain()
+
     def _open(self) -> tuple[Any, dict[str, Any]]:
         if self.kind == "rtmp":
             container = av.open(self.target, "w", format="flv", timeout=self._timeout_s)
@@ -123,7 +139,7 @@ class LiveOutput:
         container: Any = None
         streams: dict[str, Any] = {}
         waiting_keyframe = True
-        failures = sent_at_open = 0
+        sent_at_open = 0
         item: tuple[str, av.Packet] | None = None
         while True:
             if item is None:
@@ -139,13 +155,9 @@ class LiveOutput:
                 try:
                     container, streams = self._open()
                 except (av.FFmpegError, OSError) as exc:
-                    wait = _BACKOFF_S[min(failures, len(_BACKOFF_S) - 1)]
-                    failures += 1
-                    self._report(Status("dropped", self._attempts, f"cannot connect: {self._clean(exc)}",
-                                        int(wait * 1000)))
                     item = None
-                    self.lost += 1
-                    if self._stop.wait(wait) or self._drain():
+                    self._lost_away += 1
+                    if self._back_off(f"cannot connect: {self._clean(exc)}"):
                         break
                     continue
                 waiting_keyframe = True
@@ -157,7 +169,7 @@ class LiveOutput:
                 waiting_keyframe = True
             if waiting_keyframe:
                 if stream != "video" or not packet.is_keyframe:
-                    self.lost += 1
+                    self._lost_away += 1
                     continue
                 waiting_keyframe = False
             packet.stream = streams[stream]
@@ -165,19 +177,15 @@ class LiveOutput:
                 container.mux(packet)
                 self.sent += 1
                 if self.sent == sent_at_open + 1:  # connected for real: RTMP connects at the first write
-                    failures = 0
+                    self._failures = 0
                     self._connections += 1
-                    self.reconnects = self._connections - 1
                     self._report(Status("connected", self._attempts))
             except (av.FFmpegError, OSError) as exc:
-                self.lost += 1
-                wait = _BACKOFF_S[min(failures, len(_BACKOFF_S) - 1)]
-                what = "connection lost" if self.sent > sent_at_open else "cannot connect"
-                self._report(Status("dropped", self._attempts, f"{what}: {self._clean(exc)}", int(wait * 1000)))
+                self._lost_away += 1
                 _close_quietly(container)
                 container = None
-                failures += 1
-                if self._stop.wait(wait) or self._drain():
+                what = "connection lost" if self.sent > sent_at_open else "cannot connect"
+                if self._back_off(f"{what}: {self._clean(exc)}"):
                     break
         if container is not None:
             _close_quietly(container)
@@ -191,7 +199,7 @@ class LiveOutput:
                 return False
             if item is None:
                 return True
-            self.lost += 1
+            self._lost_away += 1
 
 
 def _close_quietly(container: Any) -> None:

@@ -133,7 +133,7 @@ class VllmWriter(ReplyWriter):
         params = SamplingParams(max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p,
                                 seed=seed, output_kind=RequestOutputKind.DELTA)
         request_id = f"{prompt.cue_id}#{next(self._ids)}"
-        return Request(self, request_id, text, params, self.adapter(persona.adapter))
+        return Request(self.engine, self._loop, request_id, text, params, self.adapter(persona.adapter))
 
     def adapter(self, path: str | None) -> LoRARequest | None:
         """The LoRA request of a role's adapter folder (one id per folder, for this engine's life)."""
@@ -186,13 +186,12 @@ class Reply(Iterator[str]):
 class Request:
     """One reply in the engine: its text pieces arrive in a queue that the reader drains."""
 
-    def __init__(self, writer: VllmWriter, request_id: str, prompt: str, params: SamplingParams,
-                 lora: LoRARequest | None) -> None:
+    def __init__(self, engine: AsyncLLM, loop: asyncio.AbstractEventLoop, request_id: str, prompt: str,
+                 params: SamplingParams, lora: LoRARequest | None) -> None:
         self.id = request_id
         self.finished = threading.Event()  # the engine has produced the whole reply (or failed)
         self._pieces: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._future = asyncio.run_coroutine_threadsafe(
-            self._run(writer.engine, prompt, params, lora), writer._loop)  # noqa: SLF001 - the writer's own loop
+        self._future = asyncio.run_coroutine_threadsafe(self._run(engine, prompt, params, lora), loop)
 
     async def _run(self, engine: AsyncLLM, prompt: str, params: SamplingParams, lora: LoRARequest | None) -> None:
         try:

@@ -191,7 +191,7 @@ class SinkActor(ClockedActor):
     def _take_audio(self, mux: _Mux, chunk: AudioChunk) -> None:
         if chunk.id in mux.spent or chunk.id in mux.pcm:  # given up on, or a redelivery
             return
-        mux.pcm[chunk.id] = _as_rate(chunk.pcm, chunk.sample_rate)
+        mux.pcm[chunk.id] = as_rate(chunk.pcm, chunk.sample_rate)
         if chunk.id not in mux.utterances:
             mux.unplaced[chunk.id] = None
             if len(mux.unplaced) > UNPLACED_MAX:
@@ -381,7 +381,7 @@ def _samples(ms: int) -> int:
     return max(0, ms) * SAMPLE_RATE // 1000
 
 
-def _as_rate(pcm: bytes, rate: int) -> np.ndarray:
+def as_rate(pcm: bytes, rate: int) -> np.ndarray:
     samples = np.frombuffer(pcm, dtype="<i2").astype(np.int32)
     if rate == SAMPLE_RATE or len(samples) == 0:
         return samples

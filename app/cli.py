@@ -20,6 +20,8 @@ import orjson
 from sqlalchemy import Engine
 
 from actors.backends.registry import BACKENDS
+from actors.preview import PreviewActor
+from actors.runtime import ActorRuntime
 from app import export, inspect, playback, reexec
 from app.bilibili import read_bilibili_xml
 from app.publish import DanmakuFileError, RunError, Sent, read_danmaku_file, send, tally
@@ -70,6 +72,11 @@ def _global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
                         help="log what Troupe does (INFO)")
 
 
+def _page_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", help="the HTTP address to bind (default TROUPE_HTTP_HOST, 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="the HTTP port (default TROUPE_HTTP_PORT, 8750; 0: a free one)")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = _Parser(prog="troupe", description="Multi-role AI live streams on NATS JetStream")
     _global_options(p, suppress=False)
@@ -84,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
     up.add_argument("--rtmp", metavar="URL", help="also push the show live to this RTMP ingest (TROUPE_RTMP_URL)")
     up.add_argument("--hls", type=Path, metavar="DIR", help="also write a live HLS playlist under DIR/<run>/ (TROUPE_HLS_DIR)")
+    up.add_argument("--preview", action="store_true",
+                    help="serve the preview page (video, audio, feed, input box) on http://HOST:PORT/ while the show runs")
+    _page_options(up)
     up.add_argument("--actors", help=f"comma-separated actors to run here (default: all of {','.join(ACTOR_NAMES)})")
     up.add_argument("--resolution", choices=tuple(RESOLUTIONS))
     up.add_argument("--run", help="run id (default: a new one)")
@@ -98,6 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     actor.add_argument("name", help="an actor, or several separated by commas (one worker process for them all)")
     actor.add_argument("--out", type=Path)
+    _page_options(actor)
 
     pub = sub.add_parser("publish", parents=[common], help="publish danmaku to a run and show what became of them")
     pub.add_argument("text", nargs="?", help="the comment")
@@ -118,8 +129,7 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = sub.add_parser("serve", parents=[common],
                            help="the HTTP endpoint for platform bridges: POST /runs/RUN/danmaku")
-    serve.add_argument("--host", help="address to bind (default TROUPE_HTTP_HOST, 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default TROUPE_HTTP_PORT, 8750; 0: a free one)")
+    _page_options(serve)
 
     runs = sub.add_parser("runs", parents=[common], help="list the recorded runs")
     runs.add_argument("--json", action="store_true")
@@ -165,7 +175,7 @@ async def _up(args: argparse.Namespace, settings: Settings) -> int:
     show = load_show(args.show)
     BACKENDS.check(settings, show)  # an unknown backend name: one line, before anything starts
     names = ACTOR_NAMES if not args.actors else tuple(a.strip() for a in args.actors.split(",") if a.strip())
-    unknown = [n for n in names if n not in ACTOR_NAMES]
+    unknown = [n for n in names if n not in ACTORS]
     if unknown:
         raise UsageError(f"unknown actor(s): {', '.join(unknown)}")
     if args.duration <= 0:
@@ -174,11 +184,19 @@ async def _up(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--run must be letters, digits, _ or -")
     if "render" in names:
         BACKENDS.require_render()  # the render extra missing: one line, before anything starts
+    preview = args.preview or "preview" in names
+    if preview:
+        _require_preview()
     async with Stage(settings) as stage:
+        page = await _serve_preview(stage) if preview else None
         roles = f"{len(show.roles)} role{'' if len(show.roles) == 1 else 's'}"
         print(f"troupe: show {show.title!r}, {roles}, {args.duration:g} s", file=sys.stderr, flush=True)
-        result = await run_show(stage, show, args.duration, names, run_id=args.run,
-                                on_started=lambda started: _announce(stage, show, started))
+        try:
+            result = await run_show(stage, show, args.duration, [n for n in names if n != "preview"],
+                                    run_id=args.run, on_started=lambda started: _announce(stage, show, started))
+        finally:
+            if page is not None:
+                await page.close()
     log.info("run %s ended after %g s, %s", result.run, args.duration,
              f"drained: video {result.mp4}" if result.mp4 else "not drained (no video)")
     summary = summarise(Stage(settings).engine, result.run, str(result.mp4) if result.mp4 else None, settings.fps)
@@ -255,6 +273,31 @@ def _show_nats(settings: Settings) -> str:
     return url
 
 
+def _require_preview() -> None:
+    """The preview extra missing: one line, before anything starts."""
+    try:
+        import aiortc  # noqa: F401
+    except ImportError:
+        raise UsageError("the preview page needs aiortc: pip install 'troupe[preview]'") from None
+
+
+async def _serve_preview(stage: Stage, runtime: ActorRuntime | None = None) -> WebServer:
+    """Start the preview actor (unless given) and serve its page; print where."""
+    if runtime is None:
+        [runtime] = await stage.start_actors(["preview"])
+    assert isinstance(runtime.actor, PreviewActor) and stage.nc is not None
+    settings = stage.settings
+    server = WebServer(stage.nc, settings, preview=runtime.actor, engine=lambda: stage.engine)
+    try:
+        port = await server.start()
+    except OSError as exc:
+        await server.close()
+        raise UsageError(f"cannot serve the preview on {settings.http_host}:{settings.http_port}: {exc.strerror}") from None
+    who = "a token sends danmaku" if settings.preview_token else "read-only: no TROUPE_PREVIEW_TOKEN"
+    print(f"troupe: preview http://{settings.http_host}:{port}/ ({who})", file=sys.stderr, flush=True)
+    return server
+
+
 async def _actor(args: argparse.Namespace, settings: Settings) -> int:
     BACKENDS.check(settings)  # an unknown backend name: one line, before connecting
     stop = _stop_on_signals()
@@ -264,8 +307,13 @@ async def _actor(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError(f"unknown actor(s): {', '.join(unknown) or '(none given)'} (known: {', '.join(ACTORS)})")
     if "render" in names:
         BACKENDS.require_render()  # the render extra missing: one line, before connecting
+    if "preview" in names:
+        _require_preview()
     async with Stage(settings) as stage:
         runtimes = await stage.start_actors(names)
+        page = None
+        if "preview" in names:
+            page = await _serve_preview(stage, runtimes[names.index("preview")])
         print(f"troupe: actor {','.join(names)} running (metrics on port {stage.metrics.port})",
               file=sys.stderr, flush=True)
         stopped = asyncio.create_task(stop.wait())
@@ -274,6 +322,8 @@ async def _actor(args: argparse.Namespace, settings: Settings) -> int:
         for task in [stopped, *failures]:
             task.cancel()
         failed = [t.result() for t in failures if t in done]
+        if page is not None:
+            await page.close()
     if failed:
         # An orchestrator restarts a process that exits; a process with a dead loop it cannot see.
         print(f"troupe: actor {','.join(names)} stopped: {failed[0]}", file=sys.stderr, flush=True)

@@ -44,6 +44,9 @@ class ActorEntry:
     build_with: Callable[[type[Actor], Wiring], Actor] = _with_settings
     # Re-executed from a recorded run (``troupe replay --verify``): it is deterministic.
     reexecuted: bool = False
+    # Part of the show: run by ``troupe up`` unless told otherwise, and waited for at its end.
+    # A watcher (the preview) is not: it runs when asked and the show never waits for it.
+    show: bool = True
 
     def load(self) -> type[Actor]:
         module, _, attr = self.target.partition(":")
@@ -67,8 +70,12 @@ ACTORS: dict[str, ActorEntry] = {e.name: e for e in (
     ActorEntry("qos", "actors.qos:QosActor", "observations in, resolution, throttle and role weights out",
                reexecuted=True),
     ActorEntry("recorder", "actors.recorder:RecorderActor", "every event into the store", build_with=_recorder),
+    ActorEntry("preview", "actors.preview:PreviewActor",
+               "the show watched and steered in a browser: video and audio over WebRTC, the feed, the input box",
+               build_with=lambda cls, w: cls(), show=False),
 )}
 NAMES = tuple(ACTORS)
+SHOW = tuple(name for name, e in ACTORS.items() if e.show)  # what troupe up runs by default
 REEXECUTED = tuple(name for name, e in ACTORS.items() if e.reexecuted)
 
 

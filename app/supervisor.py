@@ -20,7 +20,7 @@ from sqlalchemy import Engine
 
 from actors.base import Actor
 from actors.runtime import OBSERVE_PERIOD_S, ActorRuntime, RunDirectory
-from app.registry import NAMES, Wiring, actor_class, entry
+from app.registry import SHOW, Wiring, actor_class, entry
 from events.base import Event
 from events.danmaku import DanmakuReceived
 from events.role import RoleDeclared
@@ -34,7 +34,7 @@ from infra.settings import Settings, run_config
 from store.database import default_url, open_engine
 
 log = logging.getLogger(__name__)
-ACTOR_NAMES = NAMES
+ACTOR_NAMES = SHOW  # the actors a show is made of (the preview watches it)
 
 
 class Stage:

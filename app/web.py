@@ -16,7 +16,8 @@ import hmac
 import logging
 import secrets
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import nats.errors
 import orjson
@@ -28,23 +29,31 @@ from events.errors import DecodeError
 from events.subjects import is_token
 from infra.settings import Settings
 
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
+    from actors.preview import PreviewActor
+    from app.preview import PreviewPage
+
 MAX_ITEMS = 1000  # a request's most danmaku
 MAX_BODY = 2 << 20
 log = logging.getLogger(__name__)
 
 
-def _json(doc: dict[str, Any], status: int = 200) -> web.Response:
+def json_response(doc: dict[str, Any], status: int = 200) -> web.Response:
     return web.json_response(doc, status=status, dumps=lambda d: orjson.dumps(d).decode())
 
 
 def _error(status: int, message: str, **more: Any) -> web.Response:
-    return _json({"error": message, **more}, status)
+    return json_response({"error": message, **more}, status)
 
 
 class WebServer:
-    """``troupe serve``: the HTTP endpoint on ``http_host:http_port``, talking to NATS through ``nc``."""
+    """``troupe serve``: the HTTP endpoint on ``http_host:http_port``, talking to NATS through ``nc``;
+    with a preview actor, the preview page as well (``app.preview``)."""
 
-    def __init__(self, nc: Client, settings: Settings) -> None:
+    def __init__(self, nc: Client, settings: Settings, preview: PreviewActor | None = None,
+                 engine: Callable[[], Engine] | None = None) -> None:
         self.nc = nc
         self.settings = settings
         self.app = web.Application(client_max_size=MAX_BODY)
@@ -52,6 +61,13 @@ class WebServer:
         self.app.router.add_get("/healthz", self.healthz)
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
+        self.page: PreviewPage | None = None
+        if preview is not None:
+            from app.preview import (
+                PreviewPage,  # aiortc, the page's files: only where a page is served
+            )
+
+            self.page = PreviewPage(self, preview, engine)
 
     async def start(self) -> int:
         """Serve; returns the port (``http_port`` 0: a free one)."""
@@ -62,14 +78,16 @@ class WebServer:
         return self.port
 
     async def close(self) -> None:
+        if self.page is not None:
+            await self.page.close()
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
 
     async def healthz(self, request: web.Request) -> web.Response:
-        return _json({"nats": self.nc.is_connected})
+        return json_response({"nats": self.nc.is_connected})
 
-    def _allowed(self, request: web.Request) -> web.Response | None:
+    def refused(self, request: web.Request) -> web.Response | None:
         """None when the request may send; else the answer that refuses it."""
         token = self.settings.preview_token
         if not token:
@@ -81,7 +99,7 @@ class WebServer:
         return None
 
     async def post_danmaku(self, request: web.Request) -> web.Response:
-        refused = self._allowed(request)
+        refused = self.refused(request)
         if refused is not None:
             return refused
         run = request.match_info["run"]
@@ -119,4 +137,4 @@ class WebServer:
         except (nats.errors.Error, TimeoutError) as exc:
             log.warning("NATS failed while sending danmaku: %s", exc)
             return _error(503, f"NATS failed: {exc or type(exc).__name__}")
-        return _json({"run": run, "results": [s.to_dict() for s in sent]})
+        return json_response({"run": run, "results": [s.to_dict() for s in sent]})

@@ -4,18 +4,19 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-# System packages some tests use: nginx with its RTMP module (an ingest for the live output).
-if ! { command -v nginx >/dev/null && [ -f /usr/lib/nginx/modules/ngx_rtmp_module.so ]; }; then
+# System packages some tests use: nginx with its RTMP module (an ingest for the live output) and
+# chromium (the browser the preview page is tested in).
+if ! { command -v nginx >/dev/null && [ -f /usr/lib/nginx/modules/ngx_rtmp_module.so ] && [ -x /usr/bin/chromium ]; }; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        apt-get install -y -q nginx-light libnginx-mod-rtmp >/dev/null 2>&1 \
-            || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q nginx-light libnginx-mod-rtmp >/dev/null; }
+        apt-get install -y -q nginx-light libnginx-mod-rtmp chromium >/dev/null 2>&1 \
+            || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q nginx-light libnginx-mod-rtmp chromium >/dev/null; }
     else
-        echo "test.sh: nginx-light + libnginx-mod-rtmp are missing and cannot be installed here: the RTMP test is skipped" >&2
+        echo "test.sh: nginx-light + libnginx-mod-rtmp or chromium are missing and cannot be installed here: the RTMP or browser test is skipped" >&2
     fi
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[dev,render,models]'
+.venv/bin/python -m pip install -q -e '.[dev,render,models,preview]'
 .venv/bin/ruff check app actors events infra store schedulers tests bench
 .venv/bin/mypy app actors events infra store schedulers bench
 .venv/bin/lint-imports

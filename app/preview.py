@@ -3,7 +3,7 @@
 Served by ``troupe up --preview`` and ``troupe actor preview`` beside the danmaku endpoint
 (``app.web``), from the preview actor's boards (``actors.preview``):
 
-- ``GET /``: the page (its script and style are served from here too: no CDN);
+- ``GET /``: the page (its script, style and CJK font are served from here too: no CDN);
 - ``GET /api/runs``: the runs on the boards, and the runs recorded in the store;
 - ``GET /api/runs/RUN/feed``: server-sent events: the run's state, then each change (danmaku
   and their outcomes and replies, the floor, role weights, resolution, answers' latencies,
@@ -31,6 +31,7 @@ import orjson
 from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
+from actors.backends.stage_art import packaged_cjk_font
 from actors.preview import Message, PreviewActor
 from app.web import WebServer
 from app.web import json_response as _json
@@ -83,8 +84,13 @@ class PreviewPage:
     async def index(self, request: web.Request) -> web.Response:
         return web.Response(body=_page_file("preview.html"), content_type="text/html", charset="utf-8")
 
-    async def static(self, request: web.Request) -> web.Response:
+    async def static(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
+        if name == "cjk.otf":  # the font the stage uses: Chinese in the feed on any machine
+            font = packaged_cjk_font()
+            if font is None:
+                raise web.HTTPNotFound()
+            return web.FileResponse(font, headers={"Cache-Control": "max-age=86400"})
         if name not in STATIC:
             raise web.HTTPNotFound()
         return web.Response(body=_page_file(name), content_type=STATIC[name], charset="utf-8")

@@ -108,9 +108,9 @@ async def bench(count: int, interval_s: float, resolution: str) -> dict[str, Any
     return {
         "machine": machine(), "count": count, "interval_s": interval_s, "resolution": resolution,
         "sent": len(sent_ids), "measured": len(both),
-        "page_p50_ms": pct(page_ms, 50), "page_p99_ms": pct(page_ms, 99),
+        "page_p50_ms": round(pct(page_ms, 50), 1), "page_p99_ms": round(pct(page_ms, 99), 1),
         "server_p50_ms": pct(server_ms, 50), "server_p99_ms": pct(server_ms, 99),
-        "page_minus_server_p50_ms": pct(extra, 50), "page_minus_server_p99_ms": pct(extra, 99),
+        "page_minus_server_p50_ms": round(pct(extra, 50), 1), "page_minus_server_p99_ms": round(pct(extra, 99), 1),
         "samples": [{"id": i, "page_ms": round(glass[i], 1), "server_ms": server[i]} for i in both],
     }
 

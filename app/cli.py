@@ -20,7 +20,6 @@ import orjson
 from sqlalchemy import Engine
 
 from actors.backends.registry import BACKENDS
-from actors.preview import PreviewActor
 from actors.runtime import ActorRuntime
 from app import export, inspect, playback, reexec
 from app.bilibili import read_bilibili_xml
@@ -29,7 +28,7 @@ from app.registry import ACTORS
 from app.shows import load_show
 from app.summary import summarise
 from app.supervisor import ACTOR_NAMES, Stage, run_show
-from app.web import WebServer
+from app.web import WebServer, preview_server
 from events.base import registry
 from events.danmaku import DanmakuReceived
 from events.errors import BusError, ConfigError, StoreError, TroupeError
@@ -283,18 +282,13 @@ def _require_preview() -> None:
 
 async def _serve_preview(stage: Stage, runtime: ActorRuntime | None = None) -> WebServer:
     """Start the preview actor (unless given) and serve its page; print where."""
-    if runtime is None:
-        [runtime] = await stage.start_actors(["preview"])
-    assert isinstance(runtime.actor, PreviewActor) and stage.nc is not None
     settings = stage.settings
-    server = WebServer(stage.nc, settings, preview=runtime.actor, engine=lambda: stage.engine)
     try:
-        port = await server.start()
+        server = await preview_server(stage, runtime)
     except OSError as exc:
-        await server.close()
         raise UsageError(f"cannot serve the preview on {settings.http_host}:{settings.http_port}: {exc.strerror}") from None
     who = "a token sends danmaku" if settings.preview_token else "read-only: no TROUPE_PREVIEW_TOKEN"
-    print(f"troupe: preview http://{settings.http_host}:{port}/ ({who})", file=sys.stderr, flush=True)
+    print(f"troupe: preview http://{settings.http_host}:{server.port}/ ({who})", file=sys.stderr, flush=True)
     return server
 
 

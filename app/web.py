@@ -24,6 +24,7 @@ import orjson
 from aiohttp import web
 from nats.aio.client import Client
 
+from actors.preview import PreviewActor
 from app.publish import RunEndedError, UnknownRunError, danmaku_from, send
 from events.errors import DecodeError
 from events.subjects import is_token
@@ -32,8 +33,9 @@ from infra.settings import Settings
 if TYPE_CHECKING:
     from sqlalchemy import Engine
 
-    from actors.preview import PreviewActor
+    from actors.runtime import ActorRuntime
     from app.preview import PreviewPage
+    from app.supervisor import Stage
 
 MAX_ITEMS = 1000  # a request's most danmaku
 MAX_BODY = 2 << 20
@@ -138,3 +140,18 @@ class WebServer:
             log.warning("NATS failed while sending danmaku: %s", exc)
             return _error(503, f"NATS failed: {exc or type(exc).__name__}")
         return json_response({"run": run, "results": [s.to_dict() for s in sent]})
+
+
+async def preview_server(stage: Stage, runtime: ActorRuntime | None = None) -> WebServer:
+    """Start the stage's preview actor (unless its runtime is given) and serve its page; the
+    server is started (``port`` set) or an ``OSError`` says why it cannot listen."""
+    if runtime is None:
+        [runtime] = await stage.start_actors(["preview"])
+    assert isinstance(runtime.actor, PreviewActor) and stage.nc is not None
+    server = WebServer(stage.nc, stage.settings, preview=runtime.actor, engine=lambda: stage.engine)
+    try:
+        await server.start()
+    except OSError:
+        await server.close()
+        raise
+    return server

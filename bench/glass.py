@@ -28,7 +28,7 @@ from sqlalchemy import select
 from app.shows import load_show
 from app.summary import first_speaking_frames
 from app.supervisor import Stage, new_run_id, run_show
-from app.web import WebServer
+from app.web import preview_server
 from bench.common import RESULTS, machine, pct, print_table, write_result
 from bench.latency import QUESTIONS
 from infra.settings import load_settings
@@ -64,16 +64,13 @@ async def bench(count: int, interval_s: float, resolution: str) -> dict[str, Any
         )
         run = new_run_id()
         async with Stage(settings) as stage:
-            [preview] = await stage.start_actors(["preview"])
-            assert stage.nc is not None
-            server = WebServer(stage.nc, settings, preview=preview.actor, engine=lambda: stage.engine)
-            port = await server.start()
+            page_server = await preview_server(stage)
             show_task = asyncio.create_task(run_show(stage, show, duration, run_id=run))
             try:
                 async with async_playwright() as pw:
                     browser = await pw.chromium.launch(executable_path=CHROMIUM, args=BROWSER_ARGS)
                     page = await browser.new_page(viewport={"width": 1280, "height": 860})
-                    await page.goto(f"http://127.0.0.1:{port}/?run={run}")
+                    await page.goto(f"http://127.0.0.1:{page_server.port}/?run={run}")
                     await _until(page, "troupe.pc && troupe.pc.connectionState === 'connected'", 60)
                     await _until(page, "troupe.frames.length > 25", 60)
                     await page.fill("#token", TOKEN)
@@ -99,7 +96,7 @@ async def bench(count: int, interval_s: float, resolution: str) -> dict[str, Any
             finally:
                 if not show_task.done():
                     show_task.cancel()
-                await server.close()
+                await page_server.close()
         server = server_side(Stage(settings).engine, result.run)
     both = [i for i in sent_ids if i in glass and i in server]
     page_ms = [glass[i] for i in both]

@@ -15,7 +15,7 @@ import pytest
 
 from app.shows import load_show
 from app.supervisor import Stage, run_show
-from app.web import WebServer
+from app.web import preview_server
 from infra.settings import Settings
 from tests.conftest import wait_for
 
@@ -46,10 +46,8 @@ async def test_the_page_shows_the_show_live_and_sends_with_a_token(settings: Set
     settings = settings.replace(resolution="480p", preview_token=TOKEN, http_port=0)
     run = f"pv{secrets.token_hex(3)}"
     async with Stage(settings) as stage:
-        [preview] = await stage.start_actors(["preview"])
-        assert stage.nc is not None
-        server = WebServer(stage.nc, settings, preview=preview.actor, engine=lambda: stage.engine)
-        port = await server.start()
+        server = await preview_server(stage)
+        port, preview = server.port, server.page.preview  # type: ignore[union-attr]
         # The demo's roles without its scripted chat: the page's danmaku has the stage to itself.
         quiet = dataclasses.replace(load_show(), script=())
         show = asyncio.create_task(run_show(stage, quiet, 36.0, run_id=run))
@@ -94,7 +92,7 @@ async def test_the_page_shows_the_show_live_and_sends_with_a_token(settings: Set
                 await until(page, "document.getElementById('sent').dataset.status === '401'", 10, "the refusal")
                 assert "401" in await page.inner_text("#sent")
                 assert len(await page.evaluate("Object.keys(troupe.sent)")) == 1
-                board = preview.actor.board(run)  # type: ignore[attr-defined]
+                board = preview.board(run)
                 assert board is not None
                 assert not any(i["text"] == "this must not be sent" for i in board.feed.values())
                 roles = await page.inner_text("#roles")

@@ -14,6 +14,7 @@ It plays playbacks too, so that a run recorded in the store can be watched again
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import OrderedDict, deque
 from collections.abc import Callable, Sequence
@@ -69,7 +70,8 @@ class Board:
     width: int = 0
     height: int = 0
     latencies: deque[Message] = field(default_factory=lambda: deque(maxlen=LATENCIES_MAX))
-    answered: set[str] = field(default_factory=set)  # correlations whose speech a frame has shown
+    # Correlations whose speech a frame has shown: the speaking role and that frame (no JPEG).
+    answered: OrderedDict[str, tuple[str, FrameRendered]] = field(default_factory=OrderedDict)
     outputs: dict[str, Message] = field(default_factory=dict)
     frame: FrameRendered | None = None
     frames: int = 0
@@ -182,7 +184,19 @@ class PreviewActor(Actor):
     def _danmaku(self, board: Board, e: DanmakuReceived) -> None:
         item = board.item(e.id)
         item.update(user=e.user, text=e.text, to=e.to, kind=e.kind, at_ms=e.at_ms, t_ms=e.t_ms)
+        first = board.answered.get(e.id)
+        if first is not None and item["latency_ms"] is None:  # its reply's frame came first (streams differ)
+            self._answer(board, item, *first)
         self._tell_item(board, item)
+
+    def _answer(self, board: Board, item: Message, role: str, frame: FrameRendered) -> None:
+        """An answer's latency: from the danmaku to the first frame showing its speech."""
+        latency = frame.at_ms - item["at_ms"] if item["at_ms"] else None
+        item.update(latency_ms=latency, frame=frame.n)
+        sample = {"id": item["id"], "role": role, "n": frame.n, "t_ms": frame.t_ms, "latency_ms": latency}
+        if latency is not None:
+            board.latencies.append(sample)
+        self._tell(board.run.run, {"type": "speaking", **sample})
 
     def _rejected(self, board: Board, e: DanmakuRejected | DanmakuSkipped) -> None:
         item = board.item(e.correlation or e.id)
@@ -268,14 +282,11 @@ class PreviewActor(Actor):
             corr = mark.correlation
             if mark.viseme == "sil" or not corr or corr in board.answered:
                 continue
-            board.answered.add(corr)
+            board.answered[corr] = (mark.role, dataclasses.replace(e, jpeg=b""))
+            while len(board.answered) > FEED_MAX * 2:
+                board.answered.popitem(last=False)
             item = board.item(corr)
-            latency = e.at_ms - item["at_ms"] if item["at_ms"] else None
-            item.update(latency_ms=latency, frame=e.n)
-            sample = {"id": corr, "role": mark.role, "n": e.n, "t_ms": e.t_ms, "latency_ms": latency}
-            if latency is not None:
-                board.latencies.append(sample)
-            self._tell(board.run.run, {"type": "speaking", **sample})
+            self._answer(board, item, mark.role, e)
             self._tell_item(board, item)
         for listener in list(self.frame_listeners):
             listener(board.run.run, e)

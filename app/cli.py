@@ -35,7 +35,7 @@ from events.errors import BusError, ConfigError, StoreError, TroupeError
 from events.run import RunStarted
 from events.show import RESOLUTIONS, Show
 from events.subjects import FAMILIES, is_token
-from infra.bus import connect
+from infra.bus import connect, masked_url
 from infra.natsserver import announcement_path, running_server
 from infra.settings import Settings, load_settings
 from store.database import default_url, open_engine
@@ -93,7 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--preview", action="store_true",
                     help="serve the preview page (video, audio, feed, input box) on http://HOST:PORT/ while the show runs")
     _page_options(up)
-    up.add_argument("--actors", help=f"comma-separated actors to run here (default: all of {','.join(ACTOR_NAMES)})")
+    up.add_argument("--actors", help=f"comma-separated actors to run here (default: all of {','.join(ACTOR_NAMES)}; "
+                         "none: only start, script and end the run, for workers elsewhere)")
     up.add_argument("--resolution", choices=tuple(RESOLUTIONS))
     up.add_argument("--run", help="run id (default: a new one)")
     up.add_argument("--slow-render-ms", type=float, help="fault injection: each frame costs this many ms more")
@@ -153,6 +154,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="re-execute the deterministic actors from the store and report the first divergence")
     rep.add_argument("--json", action="store_true")
 
+    conf = sub.add_parser("nats-config", help="print the nats-server config with a user per service and its permissions")
+    conf.add_argument("--port", dest="nats_port", type=int, default=4222)
+    conf.add_argument("--monitor-port", type=int, default=8222)
+    conf.add_argument("--store-dir", default="/data", help="JetStream's store directory on the server")
+
     exp = sub.add_parser("export", parents=[common], help="re-render a recorded run to a video file (no LLM, no TTS)")
     exp.add_argument("run")
     exp.add_argument("output", type=Path)
@@ -173,7 +179,10 @@ def _settings(args: argparse.Namespace) -> Settings:
 async def _up(args: argparse.Namespace, settings: Settings) -> int:
     show = load_show(args.show)
     BACKENDS.check(settings, show)  # an unknown backend name: one line, before anything starts
-    names = ACTOR_NAMES if not args.actors else tuple(a.strip() for a in args.actors.split(",") if a.strip())
+    if args.actors == "none":  # the actors run elsewhere (workers): start, script and end the run only
+        names: tuple[str, ...] = ()
+    else:
+        names = ACTOR_NAMES if not args.actors else tuple(a.strip() for a in args.actors.split(",") if a.strip())
     unknown = [n for n in names if n not in ACTORS]
     if unknown:
         raise UsageError(f"unknown actor(s): {', '.join(unknown)}")
@@ -245,11 +254,11 @@ def _announce(stage: Stage, show: Show, started: RunStarted) -> None:
     mention = f" @{show.roles[0].id}" if show.roles else ""
     command = ["troupe", "publish", "--run", started.run, f"hello{mention}"]
     if stage.embedded is None:
-        command += ["--nats", str(url)]
+        command += ["--nats", masked_url(str(url))]  # never a password in a log
     elif settings.state_dir != Settings().state_dir:  # publish finds the embedded server in the state dir
         command += ["--state-dir", str(settings.state_dir)]
     print(f"troupe: run {started.run}\n"
-          f"troupe: NATS {url} ({where})\n"
+          f"troupe: NATS {masked_url(str(url))} ({where})\n"
           f"troupe: metrics {metrics}\n"
           f"troupe: talk to it from another terminal: {shlex.join(command)}", file=sys.stderr, flush=True)
 
@@ -380,7 +389,7 @@ async def _publish(args: argparse.Namespace, settings: Settings) -> int:
     try:
         sent = await send(nc, args.run, batch, args.wait, sent_line, offsets)
     except (nats.errors.Error, TimeoutError) as exc:
-        raise BusError(f"NATS at {url} failed: {exc or type(exc).__name__}") from None
+        raise BusError(f"NATS at {masked_url(url)} failed: {exc or type(exc).__name__}") from None
     finally:
         await nc.close()
     for s in sent:
@@ -508,12 +517,19 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
         except OSError as exc:
             raise UsageError(f"cannot listen on {settings.http_host}:{settings.http_port}: {exc.strerror}") from None
         who = "token required" if settings.preview_token else "sending off: no TROUPE_PREVIEW_TOKEN"
-        print(f"troupe: serving POST http://{settings.http_host}:{port}/runs/RUN/danmaku ({who}), NATS {url}",
+        print(f"troupe: serving POST http://{settings.http_host}:{port}/runs/RUN/danmaku ({who}), NATS {masked_url(url)}",
               file=sys.stderr, flush=True)
         await _stop_on_signals().wait()
     finally:
         await server.close()
         await nc.close()
+    return 0
+
+
+async def _nats_config(args: argparse.Namespace, settings: Settings) -> int:
+    from app.natsauth import server_config
+
+    sys.stdout.write(server_config(args.nats_port, args.monitor_port, args.store_dir))
     return 0
 
 
@@ -533,7 +549,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = _settings(args)
         command = {
             "up": _up, "actor": _actor, "publish": _publish, "runs": _runs, "inspect": _inspect,
-            "replay": _replay, "export": _export, "serve": _serve,
+            "replay": _replay, "export": _export, "serve": _serve, "nats-config": _nats_config,
         }[args.command]
         return asyncio.run(command(args, settings))
     except TroupeError as exc:

@@ -188,7 +188,8 @@ class PreviewPage:
 def _run(request: web.Request) -> str:
     run = request.match_info["run"]
     if not is_token(run):
-        raise web.HTTPBadRequest(text="the run id must be letters, digits, _ or -")
+        raise web.HTTPBadRequest(body=orjson.dumps({"error": "the run id must be letters, digits, _ or -"}),
+                                 content_type="application/json")
     return run
 
 

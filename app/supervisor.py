@@ -27,7 +27,7 @@ from events.role import RoleDeclared
 from events.run import RunEnded, RunStarted
 from events.show import Show
 from events.subjects import stream_name
-from infra.bus import connect, provision_streams, publish_events
+from infra.bus import connect, masked_url, provision_streams, publish_events
 from infra.metrics import Metrics
 from infra.natsserver import EmbeddedNats, announcement_path
 from infra.settings import Settings, run_config
@@ -77,7 +77,7 @@ class Stage:
             await self.embedded.start()
             url = self.embedded.url
         else:
-            log.info("NATS at %s", url)
+            log.info("NATS at %s", masked_url(url))
         self.nc = await connect(url, "troupe")
         await provision_streams(self.js, self.settings.frame_max_age_s)
         self.runs = RunDirectory(self.js)

@@ -93,7 +93,7 @@ class WebServer:
         """None when the request may send; else the answer that refuses it."""
         token = self.settings.preview_token
         if not token:
-            return _error(403, "sending danmaku over HTTP is off: set TROUPE_PREVIEW_TOKEN")
+            return _error(403, "sending danmaku (or playing runs) over HTTP is off: set TROUPE_PREVIEW_TOKEN")
         given = request.headers.get("Authorization", "")
         scheme, _, value = given.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(value.strip().encode(), token.encode()):

@@ -20,10 +20,27 @@ def is_token(value: str) -> bool:
     return bool(TOKEN.match(value))
 
 
+# Moderator lines take the floor: they have a subject of their own, which only a moderator's
+# NATS credentials may publish on (see the generated server config, app.natsauth).
+MODERATOR = "moderator"
+MODERATED = "danmaku.received"
+
+
 def subject_for(event: Event) -> str:
     """The subject an event is published on."""
     base = f"{PREFIX}.{event.run}.{event.type}"
+    if event.type == MODERATED and getattr(event, "kind", None) == MODERATOR:
+        return f"{base}.{MODERATOR}"
     return f"{base}.{event.role}" if event.role else base
+
+
+def misplaced(event: Event, subject: str) -> str | None:
+    """Why an event may not come on this subject (None: it may): a moderator line must come on
+    the moderator subject, which only a moderator's credentials may publish on."""
+    if event.type == MODERATED and getattr(event, "kind", None) == MODERATOR and subject != subject_for(event):
+        return (f"a moderator line must be published on {subject_for(event)} "
+                "(with a moderator's credentials)")
+    return None
 
 
 def family_filter(family: str, run: str = "*") -> str:

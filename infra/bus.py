@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,10 +24,23 @@ from events.subjects import StreamSpec, family_filter, stream_name, stream_specs
 log = logging.getLogger(__name__)
 
 
+def masked_url(url: str) -> str:
+    """A NATS URL fit for a log line: its password replaced by ``***``."""
+    parsed = urlparse(url if "://" in url else f"nats://{url}")
+    if parsed.password is None:
+        return url
+    return parsed._replace(netloc=f"{parsed.username}:***@{parsed.hostname}:{parsed.port or 4222}").geturl()
+
+
 async def connect(url: str, name: str) -> Client:
-    """Connect to NATS with reconnects; raises BusError with a one-line reason."""
+    """Connect to NATS with reconnects; raises BusError with a one-line reason (a refused user or
+    password at once: nats-py would otherwise retry it forever)."""
+    where = masked_url(url)
+    refused: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
     async def on_error(exc: Exception) -> None:
+        if "authorization violation" in str(exc).lower() and not refused.done():
+            refused.set_result(str(exc))
         log.warning("nats: %s", exc)
 
     # nats-py retries a failed first connect as long as it would reconnect (forever here):
@@ -38,14 +52,23 @@ async def connect(url: str, name: str) -> Client:
         )
         writer.close()
     except (OSError, TimeoutError) as exc:
-        raise BusError(f"cannot connect to NATS at {url}: {exc}") from None
+        raise BusError(f"cannot connect to NATS at {where}: {exc}") from None
+    connecting = asyncio.ensure_future(nats.connect(
+        url, name=name, connect_timeout=3, max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5, error_cb=on_error, pending_size=64 * 1024 * 1024,
+    ))
+    either: list[asyncio.Future[Any]] = [connecting, refused]
+    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+    if not connecting.done():
+        connecting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await connecting
+        raise BusError(f"NATS at {where} refused the credentials: {refused.result()}")
+    refused.cancel()
     try:
-        return await nats.connect(
-            url, name=name, connect_timeout=3, max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5, error_cb=on_error, pending_size=64 * 1024 * 1024,
-        )
+        return connecting.result()
     except Exception as exc:  # noqa: BLE001 - every failure becomes one clear error
-        raise BusError(f"cannot connect to NATS at {url}: {exc}") from None
+        raise BusError(f"cannot connect to NATS at {where}: {exc}") from None
 
 
 def _stream_config(spec: StreamSpec) -> StreamConfig:

@@ -16,6 +16,16 @@ from prometheus_client import (
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from events.base import Event
+from events.cue import CueIssued, CueMerged
+from events.danmaku import DanmakuRejected, DanmakuSkipped
+from events.frame import FrameRendered
+from events.output import OutputConnected, OutputDropped
+from events.qos import ResolutionChanged
+from events.role import RoleWeightsChanged
+from events.show import RESOLUTIONS
+from events.utterance import UtteranceDropped
+
 _LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12)
 # Libraries whose own metrics (in prometheus_client's default registry) a process serves too.
 LIBRARY_PREFIXES = ("vllm:",)
@@ -56,10 +66,48 @@ class Metrics:
         self.queue_depth = Gauge("troupe_queue_depth", "Messages pending per consumer", ["actor", "stream"], registry=r)
         self.recorder_lag = Gauge("troupe_recorder_lag_seconds", "Age of the newest recorded event at commit", registry=r)
         self.runs_held = Gauge("troupe_runs_held", "Runs whose state an actor holds", ["actor"], registry=r)
+        # What the show is doing, from the events this process publishes (labels stay bounded:
+        # roles come from the show file, reasons and outcomes from fixed vocabularies).
+        self.role_weight = Gauge("troupe_role_weight_factor", "QoS factor on a role's weight", ["role"], registry=r)
+        self.resolution = Gauge("troupe_resolution_height", "The stage's resolution (pixels high)", registry=r)
+        self.frame_lateness = Histogram(
+            "troupe_frame_lateness_seconds", "How late frames were drawn after their show time",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.danmaku_outcomes = Counter(
+            "troupe_danmaku_outcomes", "What became of danmaku", ["outcome", "reason"], registry=r,
+        )
+        self.replies_dropped = Counter("troupe_replies_dropped", "Replies dropped on purpose", ["reason"], registry=r)
+        self.output_drops = Counter("troupe_output_drops", "Live output connections lost or refused", ["output"], registry=r)
+        self.output_reconnects = Counter("troupe_output_reconnects", "Live outputs connected again", ["output"], registry=r)
         ProcessCollector(registry=r)  # process_resident_memory_bytes, cpu seconds, open fds
         r.register(LibraryMetrics())
         self.port: int | None = None
         self._server: object | None = None
+
+    def show(self, event: Event) -> None:
+        """Count what a published event says about the show."""
+        if isinstance(event, FrameRendered):
+            self.frame_lateness.observe(max(0.0, event.late_ms) / 1000)
+            self.resolution.set(event.height)
+        elif isinstance(event, (CueIssued, CueMerged)):
+            self.danmaku_outcomes.labels("cue" if isinstance(event, CueIssued) else "merged", "").inc()
+        elif isinstance(event, (DanmakuRejected, DanmakuSkipped)):
+            outcome = "rejected" if isinstance(event, DanmakuRejected) else "skipped"
+            self.danmaku_outcomes.labels(outcome, _bounded(event.reason)).inc()
+        elif isinstance(event, RoleWeightsChanged):
+            for role, factor in event.weights.items():
+                self.role_weight.labels(_bounded(role)).set(factor)
+        elif isinstance(event, ResolutionChanged):
+            height = RESOLUTIONS.get(event.after, (0, 0))[1]
+            if height:
+                self.resolution.set(height)
+        elif isinstance(event, UtteranceDropped):
+            self.replies_dropped.labels(_bounded(event.reason)).inc()
+        elif isinstance(event, OutputDropped):
+            self.output_drops.labels(_bounded(event.output)).inc()
+        elif isinstance(event, OutputConnected) and event.attempt > 1:
+            self.output_reconnects.labels(_bounded(event.output)).inc()
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve /metrics on ``host`` (port 0: any free port); returns the port."""
@@ -74,3 +122,8 @@ class Metrics:
         if server is not None:
             server.shutdown()  # type: ignore[attr-defined]
             server.server_close()  # type: ignore[attr-defined]
+
+
+def _bounded(label: str) -> str:
+    """A label value from a fixed vocabulary or a show's role id: cut short, never free text."""
+    return label[:32]

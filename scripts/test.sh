@@ -4,14 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-# System packages some tests use: nginx with its RTMP module (an ingest for the live output) and
-# chromium (the browser the preview page is tested in).
-if ! { command -v nginx >/dev/null && [ -f /usr/lib/nginx/modules/ngx_rtmp_module.so ] && [ -x /usr/bin/chromium ]; }; then
+# System packages some tests use: nginx with its RTMP module (an ingest for the live output),
+# chromium (the browser the preview page is tested in) and prometheus (promtool).
+PACKAGES="nginx-light libnginx-mod-rtmp chromium prometheus"
+if ! { command -v nginx >/dev/null && [ -f /usr/lib/nginx/modules/ngx_rtmp_module.so ] && [ -x /usr/bin/chromium ] \
+        && command -v promtool >/dev/null; }; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-        apt-get install -y -q nginx-light libnginx-mod-rtmp chromium >/dev/null 2>&1 \
-            || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q nginx-light libnginx-mod-rtmp chromium >/dev/null; }
+        apt-get install -y -q $PACKAGES >/dev/null 2>&1 \
+            || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $PACKAGES >/dev/null; }
     else
-        echo "test.sh: nginx-light + libnginx-mod-rtmp or chromium are missing and cannot be installed here: the RTMP or browser test is skipped" >&2
+        echo "test.sh: some of $PACKAGES are missing and cannot be installed here: their tests are skipped" >&2
     fi
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv

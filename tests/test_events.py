@@ -111,3 +111,23 @@ def test_any_danmaku_text_round_trips(text: str, user: str) -> None:
 
 def test_package_exports() -> None:
     assert events.decode is codec.decode
+
+
+def test_a_moderator_line_has_a_subject_of_its_own_and_comes_only_there() -> None:
+    from events.subjects import misplaced
+
+    line = DanmakuReceived(id="m1", run="r1", text="wrap up", kind="moderator")
+    comment = DanmakuReceived(id="c1", run="r1", text="hi")
+    assert subject_for(line) == "troupe.r1.danmaku.received.moderator"
+    assert subject_for(comment) == "troupe.r1.danmaku.received"
+    assert misplaced(line, "troupe.r1.danmaku.received.moderator") is None
+    assert misplaced(comment, "troupe.r1.danmaku.received") is None
+    reason = misplaced(line, "troupe.r1.danmaku.received")
+    assert reason is not None and "moderator" in reason
+
+
+def test_a_nats_url_in_a_log_line_has_no_password() -> None:
+    from infra.bus import masked_url
+
+    assert masked_url("nats://llm:s3cret@nats:4222") == "nats://llm:***@nats:4222"
+    assert masked_url("nats://127.0.0.1:4222") == "nats://127.0.0.1:4222"

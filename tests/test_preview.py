@@ -144,3 +144,17 @@ def test_the_frame_number_survives_vp8_both_ways() -> None:
         for out in decoder.decode(packet):
             got.append(MARK.read(out.to_ndarray()[:360]))
     assert got == numbers
+
+
+def test_an_answer_whose_frame_came_before_its_danmaku_still_gets_its_latency(watched) -> None:  # type: ignore[no-untyped-def]
+    actor, told = watched
+    c = ctx(1000)
+    actor.handle(CueIssued(id="d5-cue", run="r1", role="rex", correlation="d5", seq=1, user="ann", text="hi",
+                           danmaku=("d5",), routed_by="mention"), c)
+    actor.handle(_frame(40, (SpeakingMark("rex", "d5", "aa"),), at_ms=9000), c)  # the frames' stream ran ahead
+    actor.handle(DanmakuReceived(id="d5", run="r1", text="hi @rex", user="ann", at_ms=8200), c)
+    board = actor.board("r1")
+    assert board is not None
+    assert (board.feed["d5"]["latency_ms"], board.feed["d5"]["frame"]) == (800, 40)
+    assert [s["latency_ms"] for s in board.latencies] == [800]
+    assert [m["latency_ms"] for _, m in told if m["type"] == "speaking"] == [None, 800]

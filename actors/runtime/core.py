@@ -506,6 +506,7 @@ class ActorRuntime:
             if counter is None:
                 counter = self._published[event.type] = self.metrics.published.labels(self.actor.name, event.type)
             counter.inc()
+            self.metrics.show(event)
         return futures
 
     async def _settle(self, d: Delivery) -> int:

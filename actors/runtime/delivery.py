@@ -12,7 +12,7 @@ from nats.aio.msg import Msg
 from events import codec
 from events.base import Event
 from events.errors import DecodeError
-from events.subjects import run_of, type_of
+from events.subjects import misplaced, run_of, type_of
 from infra.bus import MSG_ID, ConsumerSpec
 
 
@@ -97,6 +97,9 @@ def decode(d: Delivery, spec: ConsumerSpec) -> DecodeError | None:
             raise DecodeError(f"run {event.run!r} does not match the subject's run {run!r}", "run")
         if event.type != type_of(d.msg.subject):  # e.g. a cue.issued sent as a danmaku
             raise DecodeError(f"wrong event type {event.type!r} for this subject", "type")
+        wrong_place = misplaced(event, d.msg.subject)
+        if wrong_place is not None:  # e.g. a moderator line from a producer's credentials
+            raise DecodeError(wrong_place, "kind")
     except DecodeError as exc:
         d.fail(f"undecodable: {exc}", permanent=True)
         return exc

@@ -47,3 +47,6 @@ async def test_metrics_endpoint_counts_handled_inputs(settings: Settings) -> Non
     assert float(values['troupe_published_total{actor="director",type="cue.issued"}']) >= 1
     assert float(values['troupe_handler_seconds_count{actor="director"}']) >= 3
     assert float(values['troupe_hop_latency_seconds_count{hop="danmaku.received>director"}']) >= 3
+    # What the show is doing, counted from the events published (bounded labels).
+    assert float(values['troupe_danmaku_outcomes_total{outcome="cue",reason=""}']) >= 1
+    assert float(values['troupe_danmaku_outcomes_total{outcome="rejected",reason="malformed"}']) >= 1

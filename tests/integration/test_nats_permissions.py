@@ -1,0 +1,216 @@
+"""NATS credentials per service: a real nats-server with the generated config (infra/nats/nats.conf)
+refuses what a service may not do, and the whole show runs with every service on its own user."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import av
+import nats
+import pytest
+from nats.aio.client import Client
+
+from app.natsauth import server_config, users
+from app.shows import load_show
+from app.supervisor import ACTOR_NAMES, Stage, run_show
+from events.codec import encode
+from events.danmaku import DanmakuReceived
+from events.subjects import subject_for
+from infra.natsserver import free_port, server_binary
+from infra.settings import Settings
+from store.recorder import read_events
+from tests.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = [
+    pytest.mark.timeout(240),
+    # nats-py leaves the socket of a refused connection to the garbage collector.
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+    pytest.mark.filterwarnings("ignore::ResourceWarning"),
+]
+
+
+@dataclass
+class SecuredNats:
+    port: int
+    log: Path
+    passwords: dict[str, str]
+
+    def url(self, user: str, password: str | None = None) -> str:
+        return f"nats://{user}:{password or self.passwords[user]}@127.0.0.1:{self.port}"
+
+    def violations(self) -> list[str]:
+        return [line for line in self.log.read_text().splitlines() if "Violation" in line]
+
+
+@pytest.fixture
+def secured(tmp_path: Path) -> Iterator[SecuredNats]:
+    port, monitor = free_port(), free_port()
+    config = tmp_path / "nats.conf"
+    config.write_text(server_config(port=port, monitor_port=monitor, store_dir=str(tmp_path / "js")))
+    passwords = {u.name: f"{u.name}-secret" for u in users()}
+    env = {**os.environ, **{u.password_variable: passwords[u.name] for u in users()}}
+    log = tmp_path / "nats.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen([str(server_binary()), "-c", str(config)], stdout=out, stderr=out, env=env)
+    try:
+        _ready(port)
+        yield SecuredNats(port, log, passwords)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _ready(port: int) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return
+        time.sleep(0.05)  # polling a port for the server's start (no event to wait on)
+    raise AssertionError("nats-server did not start")
+
+
+class Client_:
+    """A raw NATS client that keeps the server's errors (permission violations come as errors)."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+        self.nc: Client | None = None
+
+    async def connect(self, url: str) -> Client:
+        async def on_error(exc: Exception) -> None:
+            self.errors.append(str(exc))
+
+        self.nc = await nats.connect(url, error_cb=on_error, allow_reconnect=False, connect_timeout=3)
+        return self.nc
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[list[Client_]]:
+    made: list[Client_] = []
+    yield made
+    for c in made:
+        if c.nc is not None and not c.nc.is_closed:
+            await c.nc.close()
+
+
+async def _client(secured: SecuredNats, made: list[Client_], user: str) -> Client_:
+    c = Client_()
+    await c.connect(secured.url(user))
+    made.append(c)
+    return c
+
+
+def test_the_committed_config_is_what_the_actors_declare() -> None:
+    committed = (ROOT / "infra/nats/nats.conf").read_text()
+    assert committed == server_config(), "infra/nats/nats.conf is stale: regenerate it with troupe nats-config"
+
+
+def test_the_config_is_valid_for_nats_server(tmp_path: Path) -> None:
+    env = {**os.environ, **{u.password_variable: "x" for u in users()}}
+    out = subprocess.run([str(server_binary()), "-c", str(ROOT / "infra/nats/nats.conf"), "-t"],
+                         capture_output=True, text=True, env=env, timeout=30, check=False)
+    assert out.returncode == 0 and "is valid" in out.stdout + out.stderr, out.stderr
+
+
+async def test_a_wrong_password_and_anonymous_connections_are_refused(secured: SecuredNats) -> None:
+    for url in (secured.url("producer", "wrong"), f"nats://127.0.0.1:{secured.port}",
+                secured.url("nobody", "x")):
+        with pytest.raises(Exception, match="(?i)authorization"):
+            await nats.connect(url, allow_reconnect=False, connect_timeout=3, max_reconnect_attempts=0)
+
+
+async def test_what_each_service_may_not_do_is_refused(secured: SecuredNats, settings: Settings,
+                                                       clients: list[Client_]) -> None:
+    # The show provisions the streams and starts a run.
+    async with Stage(settings.replace(nats_url=secured.url("show"))) as show_stage:
+        js_show = show_stage.js
+        frames_before = (await js_show.stream_info("TROUPE_FRAME")).state.messages
+        producer = await _client(secured, clients, "producer")
+        nc = producer.nc
+        assert nc is not None
+        # A producer may publish a danmaku (JetStream stores it) ...
+        danmaku = DanmakuReceived(id="p-1", run="perm", text="hello", user="ann")
+        ack = await nc.jetstream().publish(subject_for(danmaku), encode(danmaku))
+        assert ack.stream == "TROUPE_DANMAKU"
+        # ... but not a frame, nor a moderator line, and it reads no stream.
+        await nc.publish("troupe.perm.frame.rendered", b"{}")
+        moderator = DanmakuReceived(id="p-2", run="perm", text="take the floor", kind="moderator")
+        await nc.publish(subject_for(moderator), encode(moderator))
+        with pytest.raises(Exception):  # noqa: B017 - a timeout or a permissions error, by client version
+            await nc.jetstream(timeout=1.5).get_last_msg("TROUPE_RUN", "troupe.perm.run.started")
+        await nc.subscribe("troupe.>")
+        await nc.flush()
+        await wait_for(lambda: len(producer.errors) >= 4, 10, "the producer's violations")
+        said = " ".join(producer.errors).lower()
+        assert 'publish to "troupe.perm.frame.rendered"' in said
+        assert 'publish to "troupe.perm.danmaku.received.moderator"' in said
+        assert 'publish to "$js.api.stream.msg.get.troupe_run"' in said
+        assert 'subscription to "troupe.>"' in said
+        # An actor may publish what it emits, not another family's events.
+        llm = await _client(secured, clients, "llm")
+        assert llm.nc is not None
+        await llm.nc.publish("troupe.perm.utterance.chunk", b"{}")
+        await llm.nc.publish("troupe.perm.frame.rendered", b"{}")
+        await llm.nc.publish("troupe.perm.cue.issued", b"{}")
+        await llm.nc.flush()
+        await wait_for(lambda: len(llm.errors) >= 2, 10, "the llm's violations")
+        assert not any("utterance.chunk" in e for e in llm.errors)
+        assert any("frame.rendered" in e for e in llm.errors) and any("cue.issued" in e for e in llm.errors)
+        # The recorder reads everything and publishes nothing.
+        recorder = await _client(secured, clients, "recorder")
+        assert recorder.nc is not None
+        await recorder.nc.publish("troupe.perm.danmaku.received", b"{}")
+        await recorder.nc.flush()
+        await wait_for(lambda: len(recorder.errors) >= 1, 10, "the recorder's violation")
+        assert (await js_show.stream_info("TROUPE_FRAME")).state.messages == frames_before
+
+
+async def test_the_show_runs_with_every_service_on_its_own_credentials(secured: SecuredNats,
+                                                                        settings: Settings) -> None:
+    stages: list[Stage] = []
+    try:
+        show = Stage(settings.replace(nats_url=secured.url("show")))
+        await show.__aenter__()
+        stages.append(show)
+        for name in (*ACTOR_NAMES, "preview"):
+            stage = Stage(settings.replace(nats_url=secured.url(name)))
+            await stage.__aenter__()
+            stages.append(stage)
+            await stage.start_actors([name])
+        running = asyncio.create_task(run_show(show, load_show(), 12.0, names=(), run_id="creds"))
+        # A producer's moderator line sent on the plain danmaku subject is rejected: the floor
+        # is taken only on the moderator subject, with a moderator's credentials.
+        producer = Client_()
+        nc = await producer.connect(secured.url("producer"))
+        line = DanmakuReceived(id="creds-fake-mod", run="creds", text="stop the show", kind="moderator")
+        async def started() -> bool:
+            with contextlib.suppress(Exception):
+                return bool(await show.js.get_last_msg("TROUPE_RUN", "troupe.creds.run.started"))
+            return False
+
+        await wait_for(started, 20, "the run")
+        await nc.jetstream().publish("troupe.creds.danmaku.received", encode(line))
+        await nc.close()
+        result = await running
+        rejected = [e for e in read_events(show.engine, "creds") if e.type == "danmaku.rejected"
+                    and e.correlation == "creds-fake-mod"]
+        assert len(rejected) == 1 and "moderator" in rejected[0].detail  # type: ignore[attr-defined]
+        assert (Path(settings.out_dir) / "creds.mp4").exists()
+        stored = list(read_events(show.engine, result.run))
+        types = {e.type for e in stored}
+        assert {"cue.issued", "utterance.completed", "audio.chunk", "viseme.track", "frame.rendered"} <= types
+        with av.open(str(Path(settings.out_dir) / "creds.mp4")) as mp4:  # 12 s at 25 fps, skipped ones repeated
+            assert sum(1 for _ in mp4.decode(video=0)) == 300
+        assert secured.violations() == [], secured.violations()[:5]
+    finally:
+        for stage in reversed(stages):
+            await stage.__aexit__(None, None, None)

@@ -35,7 +35,7 @@ from events.errors import BusError, ConfigError, StoreError, TroupeError
 from events.run import RunStarted
 from events.show import RESOLUTIONS, Show
 from events.subjects import FAMILIES, is_token
-from infra.bus import connect, masked_url
+from infra.bus import connect, masked_url, provision_streams
 from infra.natsserver import announcement_path, running_server
 from infra.settings import Settings, load_settings
 from store.database import default_url, open_engine
@@ -153,6 +153,9 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--verify", action="store_true",
                      help="re-execute the deterministic actors from the store and report the first divergence")
     rep.add_argument("--json", action="store_true")
+
+    sub.add_parser("provision", parents=[common],
+                   help="create or update the JetStream streams on TROUPE_NATS_URL, then exit")
 
     conf = sub.add_parser("nats-config", help="print the nats-server config with a user per service and its permissions")
     conf.add_argument("--port", dest="nats_port", type=int, default=4222)
@@ -526,6 +529,21 @@ async def _serve(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def _provision(args: argparse.Namespace, settings: Settings) -> int:
+    if settings.nats_url is None:
+        raise UsageError("troupe provision needs a NATS server: --nats URL or TROUPE_NATS_URL")
+    nc = await connect(settings.nats_url, "troupe-provision")
+    try:
+        changed = await provision_streams(nc.jetstream(timeout=10.0), settings.frame_max_age_s)
+    except nats.errors.Error as exc:
+        raise BusError(f"NATS at {masked_url(settings.nats_url)} refused to create the streams: {exc}") from None
+    finally:
+        await nc.close()
+    what = f"created or updated: {', '.join(changed)}" if changed else "unchanged"
+    print(f"troupe: streams ready on {masked_url(settings.nats_url)} ({what})")
+    return 0
+
+
 async def _nats_config(args: argparse.Namespace, settings: Settings) -> int:
     from app.natsauth import server_config
 
@@ -550,6 +568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = {
             "up": _up, "actor": _actor, "publish": _publish, "runs": _runs, "inspect": _inspect,
             "replay": _replay, "export": _export, "serve": _serve, "nats-config": _nats_config,
+            "provision": _provision,
         }[args.command]
         return asyncio.run(command(args, settings))
     except TroupeError as exc:

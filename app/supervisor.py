@@ -118,6 +118,8 @@ class Stage:
     async def publish(self, events: Sequence[Event]) -> None:
         """Publish events and wait until JetStream stored them all."""
         await publish_events(self.js, events, at_ms=int(time.time() * 1000))
+        for event in events:
+            self.metrics.show(event)
 
     async def drain(self, names: Sequence[str], timeout_s: float = 60.0) -> bool:
         """Wait until these actor kinds have handled everything published so far."""

@@ -22,10 +22,13 @@ from events.danmaku import DanmakuRejected, DanmakuSkipped
 from events.frame import FrameRendered
 from events.output import OutputConnected, OutputDropped
 from events.qos import ResolutionChanged
-from events.role import RoleWeightsChanged
+from events.role import RoleDeclared, RoleWeightsChanged
 from events.show import RESOLUTIONS
 from events.utterance import UtteranceDropped
 
+SKIP_REASONS = ("stale", "superseded", "user_waiting", "show_ending", "run_ending")  # actors.director.SKIP_DETAIL
+DROP_REASONS = ("deadline", "interrupted", "unknown_role", "other")  # a reply dropped on purpose
+OUTPUTS = ("rtmp", "hls")
 _LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12)
 # Libraries whose own metrics (in prometheus_client's default registry) a process serves too.
 LIBRARY_PREFIXES = ("vllm:",)
@@ -80,6 +83,16 @@ class Metrics:
         self.replies_dropped = Counter("troupe_replies_dropped", "Replies dropped on purpose", ["reason"], registry=r)
         self.output_drops = Counter("troupe_output_drops", "Live output connections lost or refused", ["output"], registry=r)
         self.output_reconnects = Counter("troupe_output_reconnects", "Live outputs connected again", ["output"], registry=r)
+        # Every bounded label set starts at 0, so a dashboard shows "none yet" rather than no data.
+        for outcome in ("cue", "merged"):
+            self.danmaku_outcomes.labels(outcome, "")
+        for reason in SKIP_REASONS:
+            self.danmaku_outcomes.labels("skipped", reason)
+        for reason in DROP_REASONS:
+            self.replies_dropped.labels(reason)
+        for output in OUTPUTS:
+            self.output_drops.labels(output)
+            self.output_reconnects.labels(output)
         ProcessCollector(registry=r)  # process_resident_memory_bytes, cpu seconds, open fds
         r.register(LibraryMetrics())
         self.port: int | None = None
@@ -103,7 +116,9 @@ class Metrics:
             if height:
                 self.resolution.set(height)
         elif isinstance(event, UtteranceDropped):
-            self.replies_dropped.labels(_bounded(event.reason)).inc()
+            self.replies_dropped.labels(drop_reason(event.reason)).inc()
+        elif isinstance(event, RoleDeclared):  # the weight as declared, until QoS changes it
+            self.role_weight.labels(_bounded(event.role or "")).set(1.0)
         elif isinstance(event, OutputDropped):
             self.output_drops.labels(_bounded(event.output)).inc()
         elif isinstance(event, OutputConnected) and event.attempt > 1:
@@ -127,3 +142,11 @@ class Metrics:
 def _bounded(label: str) -> str:
     """A label value from a fixed vocabulary or a show's role id: cut short, never free text."""
     return label[:32]
+
+
+def drop_reason(text: str) -> str:
+    """The kind of a dropped reply's reason (its text carries numbers and ids: never a label)."""
+    for kind in ("deadline", "interrupted"):
+        if text.startswith(kind):
+            return kind
+    return "unknown_role" if text.startswith("role ") else "other"

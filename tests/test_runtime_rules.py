@@ -99,3 +99,14 @@ def test_the_harness_runs_a_clocked_actor_at_its_due_times() -> None:
     assert cued_at_once and later
     assert all(e.at_ms > 1000 for e in cued_later)
     assert len(cued_at_once) + len(cued_later) >= 2
+
+
+def test_the_metrics_label_vocabularies_are_the_director_s_and_stay_bounded() -> None:
+    from actors.director import SKIP_DETAIL
+    from infra.metrics import SKIP_REASONS, drop_reason
+
+    assert set(SKIP_REASONS) == set(SKIP_DETAIL)
+    assert drop_reason("deadline passed 1234 ms ago while the cue waited") == "deadline"
+    assert drop_reason("interrupted by u-7f3a (priority 4 >= 4)") == "interrupted"
+    assert drop_reason("role 'zed' is not in the show") == "unknown_role"
+    assert drop_reason("the writer ended after sentence 2 without the sentence it announced") == "other"

@@ -93,6 +93,9 @@ class ActorRuntime:
         name = actor.name
         self._processed = metrics.processed.labels(name)
         self._redelivered = metrics.redelivered.labels(name)
+        metrics.dead_lettered.labels(name)  # bounded label sets start at 0 (a dashboard shows "none yet")
+        for reason in ("permanent", "transient", "crash"):
+            metrics.failed.labels(name, reason)
         self._handler_seconds = metrics.handler_seconds.labels(name)
         self._runs_held = metrics.runs_held.labels(name)
         self._published: dict[str, Any] = {}

@@ -113,9 +113,9 @@ def gpu_project(compose_home: Path) -> dict[str, Any]:
 
 
 def troupe_services(project: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The services that run Troupe's image (``troupe:*``)."""
+    """The long-running services on Troupe's image (``troupe:*``; not the one-shot provision)."""
     return {name: s for name, s in project["services"].items()
-            if str(s.get("image", "")).startswith("troupe:")}
+            if str(s.get("image", "")).startswith("troupe:") and s.get("command") != ["provision"]}
 
 
 # ---- docker-compose.yml ---------------------------------------------------------------------------
@@ -439,3 +439,11 @@ def test_grafana_provisioning_points_at_the_dashboard_and_prometheus() -> None:
     assert found == [("prometheus", "prometheus", "http://prometheus:9090")]
     providers = yaml.safe_load(DASHBOARD_PROVIDER.read_text())["providers"]
     assert [(p["type"], p["options"]["path"]) for p in providers] == [("file", "/var/lib/grafana/dashboards")]
+
+
+def test_the_streams_are_provisioned_once_before_every_troupe_service(gpu_project: dict[str, Any]) -> None:
+    provision = gpu_project["services"]["provision"]
+    assert provision["command"] == ["provision"] and provision["restart"] == "on-failure"
+    assert provision["environment"]["TROUPE_NATS_URL"].startswith("nats://show:")  # actors may not create streams
+    for name, service in troupe_services(gpu_project).items():
+        assert service["depends_on"]["provision"]["condition"] == "service_completed_successfully", name

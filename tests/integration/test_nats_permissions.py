@@ -62,14 +62,14 @@ def secured(tmp_path: Path) -> Iterator[SecuredNats]:
     with log.open("w") as out:
         proc = subprocess.Popen([str(server_binary()), "-c", str(config)], stdout=out, stderr=out, env=env)
     try:
-        _ready(port)
+        wait_listening(port)
         yield SecuredNats(port, log, passwords)
     finally:
         proc.terminate()
         proc.wait(10)
 
 
-def _ready(port: int) -> None:
+def wait_listening(port: int) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.2):

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
 import shlex
 import signal
@@ -36,6 +37,8 @@ from events.run import RunStarted
 from events.show import RESOLUTIONS, Show
 from events.subjects import FAMILIES, is_token
 from infra.bus import connect, masked_url, provision_streams
+from infra.logs import FORMATS as LOG_FORMATS
+from infra.logs import configure as configure_logs
 from infra.natsserver import announcement_path, running_server
 from infra.settings import Settings, load_settings
 from store.database import default_url, open_engine
@@ -561,7 +564,11 @@ async def _export(args: argparse.Namespace, settings: Settings) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``troupe`` command."""
     args = _parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    log_format = os.environ.get("TROUPE_LOG_FORMAT") or "text"
+    if log_format not in LOG_FORMATS:
+        print(f"troupe: error: TROUPE_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}", file=sys.stderr)
+        return 2
+    configure_logs(logging.INFO if args.verbose else logging.WARNING, log_format)
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)  # a line per plug-in: noise
     try:
         settings = _settings(args)

@@ -117,6 +117,7 @@ def server_config(port: int = 4222, monitor_port: int = 8222, store_dir: str = "
         "# (TROUPE_NATS_PASS_<USER>). Anonymous connections are refused.",
         f"port: {port}",
         f"http_port: {monitor_port}",
+        "max_payload: 8MB  # frames and oversized comments (as troupe up's embedded server)",
         f'jetstream {{ store_dir: "{store_dir}" }}',
         "authorization {",
         "  users: [",

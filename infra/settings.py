@@ -131,12 +131,23 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: object)
     values: dict[str, object] = {}
     for name, kind in _KINDS.items():
         raw = env.get(f"TROUPE_{name.upper()}")
+        if (raw is None or raw == "") and env.get(f"TROUPE_{name.upper()}_FILE"):
+            raw = _from_file(f"TROUPE_{name.upper()}_FILE", env[f"TROUPE_{name.upper()}_FILE"])
         if raw is not None and raw != "":
             values[name] = _convert(name, raw, kind)
     values.update({k: v for k, v in overrides.items() if v is not None})
     settings = Settings(**values)  # type: ignore[arg-type]
     validate(settings)
     return settings
+
+
+def _from_file(variable: str, path: str) -> str:
+    """A setting read from a file (a container secret: ``TROUPE_PREVIEW_TOKEN_FILE=/run/secrets/token``),
+    without its trailing newline."""
+    try:
+        return Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+    except OSError as exc:
+        raise SettingsError(f"{variable}: cannot read {path}: {exc.strerror}") from None
 
 
 def validate(settings: Settings) -> None:

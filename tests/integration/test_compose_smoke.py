@@ -223,6 +223,9 @@ async def test_the_compose_stack_runs_the_show_and_every_dashboard_query_has_dat
             return not missing
 
         await wait_for(answered, 60, f"every dashboard query to return data (still empty: {missing})")
+        # Label cardinality stays bounded: no viewer, text or chain id is ever a label.
+        labels = set(_get(f"{api}/labels")["data"])
+        assert not labels & {"user", "text", "id", "correlation", "run", "danmaku"}, labels
         await wait_for(lambda: show.poll() is not None, SHOW_S + 90, "the show to end")
         assert show.returncode == 0, stack.log("show")
         # End to end through the stack: the run's replies, speech and frames are in the store,

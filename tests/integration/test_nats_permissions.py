@@ -24,7 +24,7 @@ from app.supervisor import ACTOR_NAMES, Stage, run_show
 from events.codec import encode
 from events.danmaku import DanmakuReceived
 from events.subjects import subject_for
-from infra.natsserver import free_port, server_binary
+from infra.natsserver import EmbeddedNats, free_port, server_binary
 from infra.settings import Settings
 from store.recorder import read_events
 from tests.conftest import wait_for
@@ -214,3 +214,8 @@ async def test_the_show_runs_with_every_service_on_its_own_credentials(secured: 
     finally:
         for stage in reversed(stages):
             await stage.__aexit__(None, None, None)
+
+
+def test_troupe_up_s_embedded_server_listens_on_loopback_only(nats_server: EmbeddedNats) -> None:
+    config = (nats_server.state_dir / "nats-server.conf").read_text()
+    assert f'listen: "127.0.0.1:{nats_server.port}"' in config and "authorization" not in config

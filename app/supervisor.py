@@ -28,6 +28,7 @@ from events.run import RunEnded, RunStarted
 from events.show import Show
 from events.subjects import stream_name
 from infra.bus import connect, masked_url, provision_streams, publish_events
+from infra.logs import log_context
 from infra.metrics import Metrics
 from infra.natsserver import EmbeddedNats, announcement_path
 from infra.settings import Settings, run_config
@@ -168,33 +169,34 @@ async def run_show(
     settings = stage.settings
     run_id = run_id or new_run_id()
     await stage.start_actors(names)
-    # Everything built so far (models, sprites, voices) lives for the whole show: keep it
-    # out of the garbage collector's scans, whose pauses would land on the reply latency.
-    gc.collect()
-    gc.freeze()
-    started = RunStarted(
-        id=f"{run_id}-start", run=run_id, show=show.to_dict(), seed=settings.seed, fps=settings.fps,
-        resolution=settings.resolution, started_at_ms=int(time.time() * 1000) + 200,
-        config=run_config(settings), duration_ms=int(duration_s * 1000),
-    )
-    await stage.publish([started])
-    log.info("run %s started: %d roles, actors %s", run_id, len(show.roles), ", ".join(names))
-    if on_started is not None:
-        on_started(started)
-    await stage.publish([RoleDeclared.of(run_id, r) for r in show.roles])
-    start_s = started.started_at_ms / 1000
-    for i, line in enumerate(show.script):
-        if line.at_s >= duration_s:
-            break
-        await _sleep_until(start_s + line.at_s)
-        await stage.publish([DanmakuReceived(
-            id=f"{run_id}-script-{i}", run=run_id, user=line.user, text=line.text, to=line.to,
-            kind=line.kind, t_ms=int(line.at_s * 1000), at_ms=int(time.time() * 1000),
-        )])
-    await _sleep_until(start_s + duration_s)
-    duration_ms = int(duration_s * 1000)
-    await stage.publish([RunEnded(id=f"{run_id}-end", run=run_id, t_ms=duration_ms, reason="duration reached", duration_ms=duration_ms)])
-    mp4 = await _drain(stage, run_id, drain_timeout_s, video="sink" in names)
+    with log_context(run=run_id):  # this process's lines about the show say which run
+        # Everything built so far (models, sprites, voices) lives for the whole show: keep it
+        # out of the garbage collector's scans, whose pauses would land on the reply latency.
+        gc.collect()
+        gc.freeze()
+        started = RunStarted(
+            id=f"{run_id}-start", run=run_id, show=show.to_dict(), seed=settings.seed, fps=settings.fps,
+            resolution=settings.resolution, started_at_ms=int(time.time() * 1000) + 200,
+            config=run_config(settings), duration_ms=int(duration_s * 1000),
+        )
+        await stage.publish([started])
+        log.info("run %s started: %d roles, actors %s", run_id, len(show.roles), ", ".join(names))
+        if on_started is not None:
+            on_started(started)
+        await stage.publish([RoleDeclared.of(run_id, r) for r in show.roles])
+        start_s = started.started_at_ms / 1000
+        for i, line in enumerate(show.script):
+            if line.at_s >= duration_s:
+                break
+            await _sleep_until(start_s + line.at_s)
+            await stage.publish([DanmakuReceived(
+                id=f"{run_id}-script-{i}", run=run_id, user=line.user, text=line.text, to=line.to,
+                kind=line.kind, t_ms=int(line.at_s * 1000), at_ms=int(time.time() * 1000),
+            )])
+        await _sleep_until(start_s + duration_s)
+        duration_ms = int(duration_s * 1000)
+        await stage.publish([RunEnded(id=f"{run_id}-end", run=run_id, t_ms=duration_ms, reason="duration reached", duration_ms=duration_ms)])
+        mp4 = await _drain(stage, run_id, drain_timeout_s, video="sink" in names)
     return ShowResult(run_id, mp4, started.started_at_ms, duration_ms)
 
 

@@ -27,7 +27,7 @@ from actors.base import Actor
 from app.registry import ACTORS
 from events.error import DeadLettered
 from events.qos import QosObserved
-from events.subjects import FAMILIES, MODERATED, MODERATOR, PREFIX, stream_name
+from events.subjects import FAMILIES, MODERATED, MODERATOR, PREFIX, family_filter, stream_name
 
 API = "$JS.API"
 INBOX = "_INBOX.>"
@@ -87,9 +87,12 @@ def actor_user(name: str, cls: type[Actor]) -> User:
         emitted.append(DeadLettered.type)
     publish = [*_events(sorted(set(emitted))), *_stream_info(), *_run_directory(),
                *_consumers(name, [i.family for i in cls.inputs])]
-    if name == "preview":  # its page's input box sends danmaku like any producer
-        publish += _events([MODERATED])
-    return User(name, tuple(publish))
+    subscribe: tuple[str, ...] = (INBOX,)
+    if name == "preview":  # its page's input box sends danmaku like any producer (never a
+        # moderator line) and waits for their answers, from families it consumes anyway
+        publish.append(f"{PREFIX}.*.{MODERATED}")
+        subscribe += tuple(family_filter(f) for f in ("danmaku", "cue"))
+    return User(name, tuple(publish), subscribe)
 
 
 def users() -> list[User]:

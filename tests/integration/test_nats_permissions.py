@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 import av
 import nats
 import pytest
@@ -21,6 +22,7 @@ from nats.aio.client import Client
 from app.natsauth import server_config, users
 from app.shows import load_show
 from app.supervisor import ACTOR_NAMES, Stage, run_show
+from app.web import WebServer, preview_server
 from events.codec import encode
 from events.danmaku import DanmakuReceived
 from events.subjects import subject_for
@@ -165,6 +167,13 @@ async def test_what_each_service_may_not_do_is_refused(secured: SecuredNats, set
         await wait_for(lambda: len(llm.errors) >= 2, 10, "the llm's violations")
         assert not any("utterance.chunk" in e for e in llm.errors)
         assert any("frame.rendered" in e for e in llm.errors) and any("cue.issued" in e for e in llm.errors)
+        # The preview's page sends danmaku, never a moderator line.
+        preview = await _client(secured, clients, "preview")
+        assert preview.nc is not None
+        await preview.nc.publish(subject_for(moderator), encode(moderator))
+        await preview.nc.flush()
+        await wait_for(lambda: len(preview.errors) >= 1, 10, "the preview's violation")
+        assert "danmaku.received.moderator" in preview.errors[0]
         # The recorder reads everything and publishes nothing.
         recorder = await _client(secured, clients, "recorder")
         assert recorder.nc is not None
@@ -176,16 +185,20 @@ async def test_what_each_service_may_not_do_is_refused(secured: SecuredNats, set
 
 async def test_the_show_runs_with_every_service_on_its_own_credentials(secured: SecuredNats,
                                                                         settings: Settings) -> None:
-    stages: list[Stage] = []
+    stages: list[Stage | WebServer] = []
     try:
         show = Stage(settings.replace(nats_url=secured.url("show")))
         await show.__aenter__()
         stages.append(show)
+        page = None
         for name in (*ACTOR_NAMES, "preview"):
-            stage = Stage(settings.replace(nats_url=secured.url(name)))
+            stage = Stage(settings.replace(nats_url=secured.url(name), preview_token="t", http_port=0))
             await stage.__aenter__()
             stages.append(stage)
-            await stage.start_actors([name])
+            [runtime] = await stage.start_actors([name])
+            if name == "preview":  # its page, whose input box sends with the preview's user
+                page = await preview_server(stage, runtime)
+                stages.append(page)
         running = asyncio.create_task(run_show(show, load_show(), 12.0, names=(), run_id="creds"))
         # A producer's moderator line sent on the plain danmaku subject is rejected: the floor
         # is taken only on the moderator subject, with a moderator's credentials.
@@ -200,6 +213,13 @@ async def test_the_show_runs_with_every_service_on_its_own_credentials(secured: 
         await wait_for(started, 20, "the run")
         await nc.jetstream().publish("troupe.creds.danmaku.received", encode(line))
         await nc.close()
+        assert page is not None
+        async with aiohttp.ClientSession() as http, http.post(
+            f"http://127.0.0.1:{page.port}/runs/creds/danmaku?wait=15", json={"text": "hello @rex", "user": "web"},
+            headers={"Authorization": "Bearer t"},
+        ) as response:
+            answer = await response.json()
+        assert response.status == 200 and answer["results"][0]["outcome"] == "cue", answer
         result = await running
         rejected = [e for e in read_events(show.engine, "creds") if e.type == "danmaku.rejected"
                     and e.correlation == "creds-fake-mod"]
@@ -213,7 +233,10 @@ async def test_the_show_runs_with_every_service_on_its_own_credentials(secured: 
         assert secured.violations() == [], secured.violations()[:5]
     finally:
         for stage in reversed(stages):
-            await stage.__aexit__(None, None, None)
+            if isinstance(stage, WebServer):
+                await stage.close()
+            else:
+                await stage.__aexit__(None, None, None)
 
 
 def test_troupe_up_s_embedded_server_listens_on_loopback_only(nats_server: EmbeddedNats) -> None:

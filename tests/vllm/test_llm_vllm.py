@@ -150,7 +150,9 @@ async def test_a_show_gets_its_replies_from_an_llm_worker_on_vllm(tiny_model: Pa
 
             await wait_for(ready, timeout_s=240, what="the llm worker's engine is up")
             names = ["director", "tts", "lipsync", "qos", "recorder"]
-            result = await run_show(stage, show, 8.0, names=names, drain_timeout_s=120)
+            # A fixed run id: the same cue ids, so the same seeded replies every time; the tiny
+            # model's replies are one long sentence, so the show leaves room for two of them each.
+            result = await run_show(stage, show, 16.0, names=names, run_id="vllmshow", drain_timeout_s=120)
             events = read_events(stage.engine, result.run)
         completed = [e for e in events if isinstance(e, UtteranceCompleted)]
         dropped = [(e.role, e.reason) for e in events if isinstance(e, UtteranceDropped)]

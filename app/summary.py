@@ -51,8 +51,8 @@ def frame_lags(engine: Engine, run: str, started_at_ms: int) -> list[float]:
         return [float(at - started_at_ms - t) for t, at in conn.execute(query)]
 
 
-def reply_latencies(engine: Engine, run: str) -> dict[str, list[float]]:
-    """Per danmaku: ms to its first audio chunk, and to the first frame showing its speech."""
+def reply_latencies(engine: Engine, run: str) -> dict[str, dict[str, float]]:
+    """Per danmaku id: ms to its first audio chunk, and to the first frame showing its speech."""
     received: dict[str, int] = {}
     first_audio: dict[str, int] = {}
     query = (
@@ -68,8 +68,8 @@ def reply_latencies(engine: Engine, run: str) -> dict[str, list[float]]:
                 first_audio[corr] = min(at_ms, first_audio.get(corr, at_ms))
     first_frame = first_speaking_frames(engine, run)
     return {
-        "audio": [first_audio[c] - t for c, t in received.items() if c in first_audio],
-        "frame": [first_frame[c] - t for c, t in received.items() if c in first_frame],
+        "audio": {c: float(first_audio[c] - t) for c, t in received.items() if c in first_audio},
+        "frame": {c: float(first_frame[c] - t) for c, t in received.items() if c in first_frame},
     }
 
 
@@ -189,7 +189,7 @@ def live_outputs(engine: Engine, run: str) -> list[dict[str, Any]]:
 def summarise(engine: Engine, run: str, mp4: str | None, fps: int = 25) -> dict[str, Any]:
     """The summary object ``troupe up --json`` prints."""
     counts = event_counts(engine, run)
-    lat = reply_latencies(engine, run)
+    lat = {hop: list(by_id.values()) for hop, by_id in reply_latencies(engine, run).items()}
     changes = resolution_changes(engine, run)
     return {
         "run": run,

@@ -23,29 +23,17 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
 from app.shows import load_show
-from app.summary import first_speaking_frames
+from app.summary import reply_latencies
 from app.supervisor import Stage, new_run_id, run_show
 from app.web import preview_server
 from bench.common import RESULTS, machine, pct, print_table, write_result
 from bench.latency import QUESTIONS
 from infra.settings import load_settings
-from store.schema import events
 
 CHROMIUM = "/usr/bin/chromium"
 BROWSER_ARGS = ["--no-sandbox", "--autoplay-policy=no-user-gesture-required", "--disable-gpu"]
 TOKEN = "bench-token"
-
-
-def server_side(engine: Any, run: str) -> dict[str, float]:
-    """Per danmaku id: ms from its JetStream time to the first frame showing its speech."""
-    query = select(events.c.id, events.c.at_ms).where(events.c.run == run, events.c.type == "danmaku.received")
-    with engine.connect() as conn:
-        received = dict(conn.execute(query).all())
-    frames = first_speaking_frames(engine, run)
-    return {d: float(frames[d] - at) for d, at in received.items() if d in frames}
 
 
 async def _until(page: Any, script: str, timeout_s: float) -> Any:
@@ -97,7 +85,7 @@ async def bench(count: int, interval_s: float, resolution: str) -> dict[str, Any
                 if not show_task.done():
                     show_task.cancel()
                 await page_server.close()
-        server = server_side(Stage(settings).engine, result.run)
+        server = reply_latencies(Stage(settings).engine, result.run)["frame"]  # as troupe inspect measures
     both = [i for i in sent_ids if i in glass and i in server]
     page_ms = [glass[i] for i in both]
     server_ms = [server[i] for i in both]

@@ -1,6 +1,10 @@
 """Director: validates danmaku, routes each to a role, merges near-duplicates into one cue,
 and keeps the stage live: comments wait for the floor in ``schedulers.stage.StagePlan``,
-which answers what matters within seconds and lets the rest go with a reason."""
+which answers what matters within seconds and lets the rest go with a reason; when nobody
+waits, the show takes the floor itself (``actors.floor.ShowFloor``: the rundown, the operator).
+
+Its inputs are one ordered log: the danmaku stream carries the comments and the operator's
+controls, so re-execution hands them over in the order the director took them."""
 
 from __future__ import annotations
 
@@ -12,10 +16,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from actors.base import ClockedActor, Context
+from actors.floor import ShowFloor, held_back
 from events.base import Event, derive_id
-from events.cue import CueIssued, CueMerged
-from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
-from events.run import RunStarted
+from events.cue import ControlApplied, CueIssued, CueMerged, SegmentStarted
+from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped, OperatorControl
+from events.run import RunEnded, RunStarted
 from events.show import Show, blocked, show_from_dict
 from infra.settings import Settings, for_run
 from schedulers.stage import ADDRESSED, COMMENT, GIFT, MODERATOR, Decision, StagePlan, StagePolicy
@@ -28,6 +33,7 @@ SKIP_DETAIL = {
     "user_waiting": "the same viewer has a comment waiting for the floor already",
     "show_ending": "the show ends before a reply could be spoken",
     "run_ending": "the show ended while it waited",
+    "on_hold": "the operator holds the show: the chat is not answered",
 }
 _MENTION = re.compile(r"@([\w\-]+)", re.UNICODE)
 _PUNCT = re.compile(r"[\W_]+", re.UNICODE)
@@ -106,7 +112,7 @@ class _RunState:
     show: Show
     settings: Settings
     plan: StagePlan
-    cues: int = 0
+    floor: ShowFloor
     busy_until: dict[str, int] = field(default_factory=dict)
     recent: deque[_Recent] = field(default_factory=lambda: deque(maxlen=64))
     waiting: dict[str, _Waiting] = field(default_factory=dict)  # danmaku id -> it and its duplicates
@@ -116,8 +122,8 @@ class Director(ClockedActor):
     """Turns danmaku into cues: which role answers what."""
 
     name = "director"
-    consumes = (DanmakuReceived,)
-    emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped)
+    consumes = (DanmakuReceived, OperatorControl, RunStarted, RunEnded)
+    emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, SegmentStarted, ControlApplied)
     accepts_unknown_runs = True
 
     def __init__(self, settings: Settings) -> None:
@@ -130,18 +136,20 @@ class Director(ClockedActor):
         if state is None:
             settings = for_run(self.settings, ctx.run.config)
             policy = StagePolicy(backlog_ms=settings.stage_backlog_ms)
-            state = _RunState(ctx.run, show_from_dict(ctx.run.show), settings, StagePlan(policy, ctx.run.duration_ms))
+            show = show_from_dict(ctx.run.show)
+            plan = StagePlan(policy, ctx.run.duration_ms)
+            state = _RunState(ctx.run, show, settings, plan, ShowFloor(ctx.run, show, settings, plan))
             self._runs[ctx.run.run] = state
         return state
 
-    # -- the clock: comments waiting for the floor ----------------------------
+    # -- the clock: comments waiting for the floor, the show's own turns --------
 
     def next_tick(self, run: str) -> int | None:
         state = self._runs.get(run)
-        return None if state is None else state.plan.next_due_ms()
+        return None if state is None else _earliest(state.plan.next_due_ms(), state.floor.next_due_ms())
 
     def active_runs(self) -> Sequence[RunStarted]:
-        return [s.run for s in self._runs.values() if len(s.plan)]
+        return [s.run for s in self._runs.values() if self.next_tick(s.run.run) is not None]
 
     def tick(self, ctx: Context) -> Sequence[Event]:
         state = self._runs.get(ctx.run_id)
@@ -149,10 +157,18 @@ class Director(ClockedActor):
 
     def _catch_up(self, state: _RunState, now_ms: int) -> list[Event]:
         """Every decision due by ``now_ms``, each at the show time it was due: the outcome depends
-        only on the inputs and when they were handled, never on when the clock woke up."""
+        only on the inputs and when they were handled, never on when the clock woke up.  At each
+        moment the rundown moves on first, then an operator's line goes, then the comments are
+        decided, then the show's own turn."""
         out: list[Event] = []
-        while (due := state.plan.next_due_ms()) is not None and due <= now_ms:
-            out += self._outcomes(state, state.plan.decide(due))
+        plan, floor = state.plan, state.floor
+        while (due := _earliest(plan.next_due_ms(), floor.next_due_ms())) is not None and due <= now_ms:
+            out += floor.changes(due)
+            out += floor.operator_at(due)
+            comments = plan.next_due_ms()
+            if comments is not None and comments <= due:
+                out += self._outcomes(state, plan.decide(due))
+            out += floor.at(due)
         return out
 
     def undecodable(self, key: str, raw: bytes, reason: str, ctx: Context) -> Sequence[Event]:
@@ -174,12 +190,39 @@ class Director(ClockedActor):
         self._runs.pop(run, None)
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
-        if not isinstance(event, DanmakuReceived):
-            return ()
+        if ctx.run is None or ctx.ended or isinstance(event, RunStarted | RunEnded):
+            return self._run_event(event, ctx)
         out: list[Event] = []
-        if ctx.run is not None and ctx.run.run in self._runs:
+        if ctx.run.run in self._runs:
             out = self._catch_up(self._runs[ctx.run.run], ctx.now_ms)
-        return out + self._take(event, ctx)
+        state = self._state(ctx)
+        if isinstance(event, OperatorControl):
+            out += state.floor.control(event, ctx.now_ms)
+        elif isinstance(event, DanmakuReceived):
+            out += self._take(event, ctx)
+        return out
+
+    def _run_event(self, event: Event, ctx: Context) -> list[Event]:
+        """The run starts (the rundown opens), ends (the show stops speaking by itself), or an
+        input comes for a run that is unknown or over."""
+        if isinstance(event, RunStarted):  # the rundown's first segment (once, however often it comes)
+            return self._state(Context(event, ctx.now_ms)).floor.opening()
+        if isinstance(event, RunEnded):
+            state = self._runs.get(event.run)
+            if state is None:
+                return []
+            out = self._catch_up(state, ctx.now_ms)
+            state.floor.closed = True
+            return out
+        if isinstance(event, DanmakuReceived):
+            return self._take(event, ctx)
+        if isinstance(event, OperatorControl):
+            code, detail = ("run_ended", f"run {event.run!r} has ended") if ctx.run is not None else (
+                "unknown_run", f"no run {event.run!r} has started")
+            return [DanmakuRejected(id=event.derive("rejected"), run=event.run, causation=event.id,
+                                    correlation=event.id, t_ms=ctx.now_ms, reason=code, detail=detail,
+                                    user=event.user[:MAX_USER_CHARS])]
+        return []
 
     def _take(self, event: DanmakuReceived, ctx: Context) -> list[Event]:
         """Reject a danmaku, merge it with the same comment, or let it wait for the floor."""
@@ -194,6 +237,11 @@ class Director(ClockedActor):
         state = self._state(ctx)
         now = ctx.now_ms
         key = normalise(event.text)
+        if held_back(state.floor, event.kind):
+            return [DanmakuSkipped(
+                id=event.derive("skipped"), run=event.run, causation=event.id, correlation=event.id, t_ms=now,
+                reason="on_hold", detail=SKIP_DETAIL["on_hold"], user=event.user, text=event.text, heard_ms=now,
+            )]
         if event.kind != "moderator":  # a repeated comment (or gift) is answered once
             waiting = self._waiting_duplicate(state, key) if event.kind == "comment" else None
             if waiting is not None:  # answered (or let go) together with the comment it repeats
@@ -235,11 +283,10 @@ class Director(ClockedActor):
         role, routed_by = self._route(state, event)
         spec = state.show.role(role)
         assert spec is not None
-        state.cues += 1
         settings = state.settings
         cue = CueIssued(
             id=event.derive("cue"), run=event.run, role=role, causation=event.id,
-            correlation=event.id, t_ms=now, seq=state.cues, user=event.user,
+            correlation=event.id, t_ms=now, seq=state.floor.next_seq(), user=event.user,
             text=event.text, danmaku=(event.id, *waiting.attached), routed_by=routed_by,
             priority=_priority(spec.weight, event.kind, settings.interrupt_priority, d.urgent),
             deadline_ms=now + settings.cue_deadline_ms, max_sentences=d.sentences, heard_ms=d.candidate.arrival_ms,
@@ -247,6 +294,7 @@ class Director(ClockedActor):
         speech = state.plan.policy.estimate_ms(d.sentences)
         start = max(now, state.busy_until.get(role, 0))
         state.busy_until[role] = start + speech
+        state.floor.heard_reply(role, cue.id, now, speech)
         state.recent.append(_Recent(waiting.key, cue.id, now, state.plan.floor_free_ms, event.kind))
         merged = [CueMerged(
             id=e.derive("merged"), run=e.run, role=None, causation=e.id, correlation=e.id, t_ms=now,
@@ -330,3 +378,8 @@ class Director(ClockedActor):
         least = min(show.roles, key=lambda r: (state.busy_until.get(r.id, 0), -r.weight))
         return least.id, "least_busy"
 
+
+
+def _earliest(*dues: int | None) -> int | None:
+    known = [d for d in dues if d is not None]
+    return min(known) if known else None

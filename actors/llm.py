@@ -20,6 +20,7 @@ from typing import Any
 
 from actors.backends.protocols import Persona, Prompt, ReplyWriter, Sentence
 from actors.backends.registry import BACKENDS, Backends
+from actors.backends.text import verbatim_sentences
 from actors.base import Context, Handled, ScheduledActor, Work
 from events.base import Event
 from events.cue import CueIssued
@@ -34,6 +35,7 @@ from schedulers.throttle import ThrottlePolicy, releasable
 
 _UNREAD = Sentence("")  # the next sentence has not been asked for yet
 CONTEXT_LINES = 6  # the last sentences spoken on stage a writer is given
+WRITTEN_KEPT = 32  # replies remembered per run, for the follow-ups that answer them
 # What is said instead of a written sentence that contains a blocked word.
 DEFLECTIONS = {"en": "Let's talk about something else!", "zh": "我们聊点别的吧！"}
 log = logging.getLogger(__name__)
@@ -84,6 +86,8 @@ class LLMActor(ScheduledActor):
         self.throttle = ThrottlePolicy()
         self.windows: dict[str, int] = {}  # run -> tokens allowed ahead of speech (QoS)
         self._held: dict[str, dict[str, _Held]] = {}  # run -> utterance -> text not yet released
+        # run -> utterance -> what this actor wrote for it (a follow-up answers one of them)
+        self._written: dict[str, dict[str, str]] = {}
 
     def work(self, event: Event, ctx: Context) -> Work | None:
         if not isinstance(event, CueIssued):
@@ -101,10 +105,11 @@ class LLMActor(ScheduledActor):
         )]
 
     def holds(self, run: str) -> bool:
-        return any(run in per_run for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken))
+        return any(run in per_run for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken,
+                                                     self._written))
 
     def release(self, run: str) -> None:
-        for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken):
+        for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken, self._written):
             per_run.pop(run, None)
 
     def close(self) -> None:
@@ -152,7 +157,12 @@ class LLMActor(ScheduledActor):
         cue = self._cue(event, ctx)
         if not isinstance(cue, _Cue):
             return cue
-        return self._write(cue, cue.writer.stream(cue.persona, cue.prompt), ctx)
+        return self._write(cue, self._sentences_of(cue), ctx)
+
+    @staticmethod
+    def _sentences_of(cue: _Cue) -> Iterable[str]:
+        """What the writer writes, or the cue's own text when it is said word for word."""
+        return verbatim_sentences(cue.event.text) if cue.event.verbatim else cue.writer.stream(cue.persona, cue.prompt)
 
     def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Handled]:
         """One role's cues: the writer gets their prompts in one call (per persona), and each
@@ -160,7 +170,7 @@ class LLMActor(ScheduledActor):
         cues = [self._cue(e, ctx) if isinstance(e, CueIssued) else None for e in events]
         by_persona: dict[tuple[Persona, int], list[_Cue]] = {}
         for cue in cues:
-            if isinstance(cue, _Cue):
+            if isinstance(cue, _Cue) and not cue.event.verbatim:
                 by_persona.setdefault((cue.persona, id(cue.writer)), []).append(cue)
         replies: dict[str, Iterator[str]] = {}
         for (persona, _), group in by_persona.items():
@@ -171,7 +181,7 @@ class LLMActor(ScheduledActor):
             if cue is None:
                 out.append(self.handle(event, ctx))
             elif isinstance(cue, _Cue):
-                out.append(self._write(cue, replies[event.id], ctx))
+                out.append(self._write(cue, replies[event.id] if event.id in replies else self._sentences_of(cue), ctx))
             else:
                 out.append(cue)
         return out
@@ -194,10 +204,27 @@ class LLMActor(ScheduledActor):
             )]
         persona = Persona(role.id, role.name, role.persona, role.language, role.keywords, role.llm_adapter)
         limit = min(self.settings.llm_max_sentences, event.max_sentences or self.settings.llm_max_sentences)
+        if event.verbatim:
+            limit = 64  # said word for word, whole
         context = tuple(f"{_name(show, who)}: {text}" for _, who, text in self._spoken.get(event.run, ()))
         prompt = Prompt(cue_id=event.id, user=event.user, text=event.text, seed=ctx.run.seed, context=context,
-                        max_sentences=limit)
+                        max_sentences=limit, **self._own_line(event, show))
         return _Cue(event, role, persona, prompt, limit, self.writer_for(role))  # limit: the stage's room
+
+    def _own_line(self, event: CueIssued, show: Show) -> dict[str, Any]:
+        """What a writer is told of a line of the show's own: its kind, the segment and its
+        brief, and the line a follow-up answers (as written here, else as heard on stage)."""
+        if not event.self_driven:
+            return {}
+        follows = ""
+        if event.follows:
+            follows = self._written.get(event.run, {}).get(event.follows, "")
+            follows = follows or " ".join(t for u, _, t in self._spoken.get(event.run, ()) if u == event.follows)
+        segment = next((g for g in show.rundown if g.title == event.segment), None)
+        return {"kind": event.reason, "segment": event.segment, "follows": follows,
+                "brief": segment.brief if segment is not None else event.text,
+                "topics": segment.topics if segment is not None else (),
+                "addressee": _name(show, event.addressee) if event.addressee else "", "turn": event.turn}
 
     def _write(self, cue: _Cue, sentences: Iterable[str], ctx: Context) -> Iterator[Event]:
         """Stream a reply: each sentence becomes a chunk, released as the throttle allows."""
@@ -212,7 +239,7 @@ class LLMActor(ScheduledActor):
             while text is not None:
                 seq = len(texts)
                 said = getattr(text, "last", None)  # a Sentence says whether it ends the reply
-                if self._blocked(text, cue):
+                if not event.verbatim and self._blocked(text, cue):
                     text, blocked = DEFLECTIONS.get(cue.role.language, DEFLECTIONS["en"]), blocked + 1
                 texts.append(text)
                 if seq + 1 >= cue.limit:
@@ -245,9 +272,14 @@ class LLMActor(ScheduledActor):
                 close()  # the stage has no room for more: let the writer stop
         if self._held.get(run, {}).get(event.id) is not held:
             return
+        said = ("" if cue.role.language == "zh" else " ").join(texts)
+        written = self._written.setdefault(run, {})
+        written[event.id] = said
+        while len(written) > WRITTEN_KEPT:  # the oldest go: a follow-up answers a recent line
+            del written[next(iter(written))]
         held.completed = UtteranceCompleted(
             id=event.derive("completed"), t_ms=ctx.now_ms, utterance=event.id,
-            text=("" if cue.role.language == "zh" else " ").join(texts), chunks=len(texts),
+            text=said, chunks=len(texts),
             backend=getattr(cue.writer, "label", cue.writer.name), blocked=blocked, **_common(event),
         )
         yield from self._release(run, held, ctx.now_ms)

@@ -22,7 +22,7 @@ from sqlalchemy import Engine
 
 from actors.backends.registry import BACKENDS
 from actors.runtime import ActorRuntime
-from app import export, inspect, playback, reexec
+from app import export, inspect, operator, playback, reexec
 from app.bilibili import read_bilibili_xml
 from app.publish import DanmakuFileError, RunError, Sent, read_danmaku_file, send, tally
 from app.registry import ACTORS
@@ -129,6 +129,8 @@ def _parser() -> argparse.ArgumentParser:
     pub.add_argument("--wait", type=float, default=5.0,
                      help="seconds to wait for the director's answers, all together (0: do not wait)")
     pub.add_argument("--json", action="store_true", help="one JSON object per danmaku")
+
+    operator.add_parsers(sub, common)
 
     serve = sub.add_parser("serve", parents=[common],
                            help="the HTTP endpoint for platform bridges: POST /runs/RUN/danmaku")
@@ -408,6 +410,10 @@ async def _publish(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+async def _control(args: argparse.Namespace, settings: Settings) -> int:
+    return await operator.run_control(args, _show_nats(settings))
+
+
 def _store(settings: Settings) -> Engine:
     """The store the read commands use; it must exist already."""
     if settings.store_url is None:
@@ -575,7 +581,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = {
             "up": _up, "actor": _actor, "publish": _publish, "runs": _runs, "inspect": _inspect,
             "replay": _replay, "export": _export, "serve": _serve, "nats-config": _nats_config,
-            "provision": _provision,
+            "provision": _provision, **dict.fromkeys(operator.COMMANDS, _control),
         }[args.command]
         return asyncio.run(command(args, settings))
     except TroupeError as exc:

@@ -12,13 +12,16 @@ from typing import Any
 
 from sqlalchemy import Engine
 
+from app.airtime import airtime
 from app.summary import live_outputs, quantiles
 from events.base import Event
 from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
 from events.error import DeadLettered
 from events.errors import StoreError
 from events.frame import FrameRendered
+from events.run import RunStarted
 from events.utterance import UtteranceDropped
+from events.viseme import VisemeCut
 from store.queries import Row, iter_rows, run_info
 
 DECISIONS = frozenset({"qos.resolution_changed", "qos.throttle_changed", "qos.anomaly", "role.weights_changed"})
@@ -92,8 +95,6 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
             role["utterances"] += 1
         elif isinstance(e, UtteranceDropped):
             drops.append(e)
-            if role is not None:
-                role["dropped"] += 1
         elif e.type == "audio.chunk" and role is not None:
             role["speech_ms"] += getattr(e, "duration_ms", 0)
         elif e.type in DECISIONS:
@@ -110,6 +111,10 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
             target = cue_role.get(getattr(row.event, "cue", ""))
             if target in roles:
                 roles[target]["merged"] += 1
+    for drop in {d.utterance: d for d in drops}.values():  # a cut names no role: its cue's
+        owner = drop.role or cue_role.get(drop.utterance)
+        if owner in roles:
+            roles[owner]["dropped"] += 1
     for stats in roles.values():
         stats["latency_ms"] = _hop_latencies(first, stats.pop("correlations"))
     by_reason = Counter(e.reason for e in rejected)
@@ -137,6 +142,7 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
         "dropped": dict(Counter(_gist(e.reason) for e in drops).most_common()),
         "outputs": live_outputs(engine, run),
         "errors": errors,
+        "airtime": airtime(engine, run),
     }
 
 
@@ -166,21 +172,28 @@ def chain(engine: Engine, run: str, correlation: str) -> dict[str, Any]:
         members.append(frame)
     if not members:
         raise StoreError(f"no events with correlation {correlation!r} in run {run!r}")
-    members.sort(key=lambda r: (r.event.at_ms, r.seq))
+    started = next((r.event for r in rows if isinstance(r.event, RunStarted)), None)
+    offset = started.started_at_ms if started is not None else 0
+
+    def wall(e: Event) -> int:
+        # A cut's at_ms is the show time the speech stops (its payload); it was decided at t_ms.
+        return offset + e.t_ms if isinstance(e, VisemeCut) else e.at_ms
+
+    members.sort(key=lambda r: (wall(r.event), r.seq))
     by_id = {r.event.id: r.event for r in members}
-    root_at = members[0].event.at_ms
+    root_at = wall(members[0].event)
     steps = []
     for r in members:
         e = r.event
         cause = by_id.get(e.causation or "")
         steps.append({
             "pos": r.pos, "seq": r.seq, "type": e.type, "id": e.id, "role": e.role, "causation": e.causation,
-            "t_ms": e.t_ms, "at_ms": e.at_ms, "since_start_ms": e.at_ms - root_at,
+            "t_ms": e.t_ms, "at_ms": wall(e), "since_start_ms": wall(e) - root_at,
             # For the first speaking frame there is no causation link: time since the visemes.
-            "hop_ms": e.at_ms - cause.at_ms if cause is not None else None,
+            "hop_ms": wall(e) - wall(cause) if cause is not None else None,
         })
     return {"run": run, "correlation": correlation, "events": steps,
-            "total_ms": members[-1].event.at_ms - root_at}
+            "total_ms": max(wall(r.event) for r in members) - root_at}
 
 
 def format_report(doc: dict[str, Any]) -> str:
@@ -210,6 +223,7 @@ def format_report(doc: dict[str, Any]) -> str:
         " (" + ", ".join(f"{k} {v}" for k, v in skip["by_reason"].items()) + ")" if skip["count"] else "")]
     lines += [f"  {_ms(x['t_ms'])} {x['reason']}: {x['text']}" for x in skip["examples"]]
     lines += ["", "replies dropped: " + (", ".join(f"{k} {v}" for k, v in doc["dropped"].items()) or "0")]
+    lines += format_airtime(doc.get("airtime") or {})
     for out in doc["outputs"]:
         sent = "-" if out["packets_sent"] is None else out["packets_sent"]
         lines += ["", f"live output {out['output']} {out['target']}: connected {out['connected']}x, "
@@ -220,6 +234,27 @@ def format_report(doc: dict[str, Any]) -> str:
     lines += [f"  {_ms(x['t_ms'])} {x['actor']} {x['subject']}: {x['reason']} ({x['deliveries']} deliveries)"
               for x in doc["errors"]]
     return "\n".join(lines)
+
+
+def format_airtime(air: dict[str, Any]) -> list[str]:
+    """The air-time lines of the report: shares, silences, seconds by role, the rundown, controls."""
+    if not air:
+        return []
+    pct = lambda x: "-" if x is None else f"{x * 100:.0f}%"  # noqa: E731
+    own = air["own_lines"]
+    lines = ["", f"air time: speaking {pct(air['speaking_share'])} (chat {pct(air['chat_share'])}, the show's own "
+             f"{pct(air['self_share'])}), longest silence {_ms(air['longest_silence_ms'])}",
+             "  seconds by role: " + ", ".join(f"{r} {s:.1f}" for r, s in air["seconds_by_role"].items()),
+             "  the show's own lines: " + (", ".join(f"{k} {n}" for k, n in own["by_kind"].items()) or "none")
+             + f"; repeated {own['repeated']}; verbatim said {len(own['verbatim_said'])}/{own['verbatim_asked']};"
+             f" at most {own['most_turns_between_roles']} turns between roles without the chat"]
+    lines += ["", f"rundown: {len(air['segments'])} segments started"]
+    lines += [f"  {_ms(g['started_ms'])} {g['title']} ({g['reason']}; planned {_ms(g['planned_ms'])}, "
+              f"{g['length_ms'] // 1000} s)" for g in air["segments"]]
+    lines += ["", f"operator controls: {len(air['controls'])}"]
+    lines += [f"  {_ms(c['t_ms'])} {c['action']}" + (f" by {c['user']}" if c["user"] else "") + f": {c['detail']}"
+              for c in air["controls"]]
+    return lines
 
 
 def format_chain(doc: dict[str, Any]) -> str:

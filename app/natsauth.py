@@ -10,7 +10,9 @@ the server config, and ``infra/nats/nats.conf`` is its output (a test keeps the 
 - the recorder reads every family and publishes nothing;
 - ``producer`` may only publish danmaku (never a moderator line, which has a subject of its
   own: ``events.subjects.MODERATOR``), and reads no stream;
-- ``moderator`` may publish danmaku and moderator lines;
+- ``moderator`` may publish danmaku, moderator lines and the operator's controls
+  (``danmaku.control``: say, segment, hold, resume), which the preview page also sends for its
+  token holder;
 - ``show`` (``troupe up --actors none``: starts runs, plays the show's danmaku script, ends
   runs and waits for the actors) publishes runs, roles and danmaku, and provisions the streams;
 - anonymous connections are refused (every user has a password; no ``no_auth_user``).
@@ -27,7 +29,15 @@ from actors.base import Actor
 from app.registry import ACTORS
 from events.error import DeadLettered
 from events.qos import QosObserved
-from events.subjects import FAMILIES, MODERATED, MODERATOR, PREFIX, family_filter, stream_name
+from events.subjects import (
+    CONTROL,
+    FAMILIES,
+    MODERATED,
+    MODERATOR,
+    PREFIX,
+    family_filter,
+    stream_name,
+)
 
 API = "$JS.API"
 INBOX = "_INBOX.>"
@@ -89,8 +99,9 @@ def actor_user(name: str, cls: type[Actor]) -> User:
                *_consumers(name, [i.family for i in cls.inputs])]
     subscribe: tuple[str, ...] = (INBOX,)
     if name == "preview":  # its page's input box sends danmaku like any producer (never a
-        # moderator line) and waits for their answers, from families it consumes anyway
-        publish.append(f"{PREFIX}.*.{MODERATED}")
+        # moderator line), its buttons the operator's controls (for the token holder), and it
+        # waits for their answers, from families it consumes anyway
+        publish += [f"{PREFIX}.*.{MODERATED}", f"{PREFIX}.*.{CONTROL}"]
         subscribe += tuple(family_filter(f) for f in ("danmaku", "cue"))
     return User(name, tuple(publish), subscribe)
 
@@ -104,7 +115,7 @@ def users() -> list[User]:
         *_stream_info(), *_provision(), *_run_directory(), f"{API}.CONSUMER.INFO.*.*",
     )))
     out.append(User("producer", tuple(danmaku)))
-    out.append(User("moderator", (*danmaku, f"{PREFIX}.*.{MODERATED}.{MODERATOR}")))
+    out.append(User("moderator", (*danmaku, f"{PREFIX}.*.{MODERATED}.{MODERATOR}", f"{PREFIX}.*.{CONTROL}")))
     return out
 
 

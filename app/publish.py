@@ -20,13 +20,13 @@ from nats.js.errors import NotFoundError
 
 from events import codec
 from events.base import Event
-from events.cue import CueIssued, CueMerged
+from events.cue import ControlApplied, CueIssued, CueMerged
 from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
 from events.errors import ConfigError, DecodeError
 from events.subjects import family_filter, stream_name
 from infra.bus import publish_event
 
-_ANSWERS = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped)
+_ANSWERS = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, ControlApplied)
 
 
 class DanmakuFileError(DecodeError):
@@ -129,6 +129,8 @@ class Sent:
             return {"id": self.id, "outcome": "merged", "cue": a.cue}
         if isinstance(a, DanmakuRejected | DanmakuSkipped):
             return {"id": self.id, "outcome": a.type.split(".")[1], "reason": a.reason, "detail": a.detail}
+        if isinstance(a, ControlApplied):
+            return {"id": self.id, "outcome": "applied", "action": a.action, "detail": a.detail}
         return {"id": self.id, "outcome": None}
 
 
@@ -142,6 +144,8 @@ class Sent:
             what = f"merged into cue {doc['cue']}"
         elif kind in ("rejected", "skipped"):
             what = f"{kind} ({doc['reason']}): {doc['detail']}"
+        elif kind == "applied":
+            what = f"{doc['action']}: {doc['detail']}"
         elif kind == "duplicate":
             what = "duplicate: this id was sent before (JetStream dropped this copy), not answered again"
         else:
@@ -181,10 +185,11 @@ class _Answers:
 
 
 async def send(
-    nc: Client, run: str, batch: Sequence[DanmakuReceived], wait_s: float,
+    nc: Client, run: str, batch: Sequence[Event], wait_s: float,
     on_sent: Callable[[Sent], None] | None = None, offsets_s: Sequence[float] | None = None,
 ) -> list[Sent]:
-    """Check the run, publish the batch and wait up to ``wait_s`` (all together) for the answers.
+    """Check the run, publish the batch (danmaku, or an operator's controls) and wait up to
+    ``wait_s`` (all together) for the answers.
 
     With ``offsets_s`` each danmaku is published that many seconds after the first (a recorded
     chat at its pace), stamped with the time it is sent."""

@@ -35,6 +35,7 @@ from app.registry import REEXECUTED, Wiring, entry
 from events import codec
 from events.audio import AudioChunk
 from events.base import Event
+from events.danmaku import DanmakuReceived, OperatorControl
 from events.errors import ConfigError
 from events.frame import FrameRendered
 from events.run import RunStarted
@@ -154,6 +155,14 @@ def _lipsync_inputs(rows: list[Row], rec: _Recording) -> list[Row]:
     return [r for *_, r in sorted(merged, key=lambda x: (x[0], x[1], x[2]))]
 
 
+def _director_inputs(rows: list[Row]) -> list[Row]:
+    """The director's one ordered log: the run's start, then the danmaku stream (comments and the
+    operator's controls) in its order.  The run's end is not fed: the recording ends there, and
+    the clock is run up to the last recorded decision instead."""
+    started = [r for r in rows if isinstance(r.event, RunStarted)]
+    return started[:1] + _handled_in_order(rows, (DanmakuReceived, OperatorControl))
+
+
 def _heard_at(event: Event) -> int:
     """When the actor took in the input that caused ``event`` (a deferred decision says so)."""
     heard = getattr(event, "heard_ms", None)
@@ -264,6 +273,8 @@ def verify(
             emits = frozenset(cls.type for cls in actor.emits)
             if name == "lipsync":
                 inputs = _lipsync_inputs(rows, rec)
+            elif name == "director":
+                inputs = _director_inputs(rows)
             else:
                 inputs = _handled_in_order(rows, tuple(actor.consumes))
             stream = _replay_handler(name, actor, start, inputs, emits, rec, clocked=isinstance(actor, ClockedActor))

@@ -8,6 +8,7 @@ from typing import Any
 import orjson
 from sqlalchemy import Engine, func, select
 
+from app.airtime import airtime
 from events import codec
 from events.show import RESOLUTIONS
 from schedulers.baseline import nearest_rank
@@ -209,6 +210,7 @@ def summarise(engine: Engine, run: str, mp4: str | None, fps: int = 25) -> dict[
         "merged": counts.get("cue.merged", 0),
         "skipped": counts.get("danmaku.skipped", 0),
         "dead_lettered": counts.get("error.dead_lettered", 0),
+        "airtime": airtime(engine, run),
     }
 
 

@@ -22,6 +22,19 @@ class CueIssued(Event):
     deadline_ms: int = 0      # show time by which the reply's speech must have started
     max_sentences: int = 0    # the longest reply the stage has room for (0: the LLM's own limit)
     heard_ms: int = 0         # show time the director took the danmaku in (it may wait for the floor)
+    # Why the show speaks when no viewer asked (empty for a reply to the chat): "line" (a
+    # segment's verbatim line), "brief" (a point on the segment's brief), "follow_up" (answering
+    # another role), "invitation" (to the chat), "say" (an operator's line, verbatim).
+    reason: str = ""
+    segment: str = ""         # the segment's title
+    follows: str = ""         # the utterance (cue id) a follow-up answers
+    addressee: str = ""       # the role a follow-up speaks to
+    verbatim: bool = False    # ``text`` is spoken word for word
+    turn: int = 0             # the role's self-driven turns so far (writers vary their lines by it)
+
+    @property
+    def self_driven(self) -> bool:
+        return bool(self.reason)
 
 
 @registry.register
@@ -34,3 +47,29 @@ class CueMerged(Event):
     user: str
     text: str
     heard_ms: int = 0
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SegmentStarted(Event):
+    """The rundown moves on: segment ``title`` (``index`` in the show file) starts at ``t_ms``,
+    planned for ``planned_ms``; ``reason``: "start", "planned" (the previous one ran its length),
+    "lines" (it ran over to say its verbatim lines), "operator"."""
+
+    type = "cue.segment"
+    title: str
+    index: int
+    planned_ms: int
+    length_ms: int
+    reason: str
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ControlApplied(Event):
+    """What the director did with an operator's control (``danmaku.control``)."""
+
+    type = "cue.control"
+    action: str
+    detail: str
+    user: str = ""

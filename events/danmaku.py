@@ -47,3 +47,23 @@ class DanmakuSkipped(Event):
     user: str = ""
     text: str = ""
     heard_ms: int = 0
+
+
+CONTROLS = ("say", "segment", "hold", "resume")
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OperatorControl(Event):
+    """An operator steers the show (published on ``troupe.<run>.danmaku.control``, which only a
+    moderator's credentials may publish on): ``say`` a line verbatim next (``role``, ``text``),
+    go to a ``segment`` (``target``: "next" or a title), ``hold`` or ``resume`` the self-driven
+    speech (``all``: chat too).  It travels in the danmaku stream, so the director takes controls
+    and comments in one order, which re-execution reproduces."""
+
+    type = "danmaku.control"
+    action: str
+    text: str = ""
+    target: str = ""
+    all: bool = False
+    user: str = ""

@@ -66,13 +66,58 @@ class ScriptLine:
 
 
 @dataclass(frozen=True, slots=True)
+class SegmentLine:
+    """A line of a segment said word for word (a product introduction, a sponsor read), by
+    ``role`` (None: the segment's first lead)."""
+
+    text: str
+    role: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Segment:
+    """One part of the rundown: what it is about, how long it runs, who leads and who joins,
+    the lines said verbatim, and what follows (``then``: "next", "loop" or another title)."""
+
+    title: str
+    brief: str
+    length_s: float
+    leads: tuple[str, ...]
+    joins: tuple[str, ...] = ()
+    lines: tuple[SegmentLine, ...] = ()
+    then: str = "next"
+    topics: tuple[str, ...] = ()     # what it talks about, in a few words (default: its title)
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        return (*self.leads, *(r for r in self.joins if r not in self.leads))
+
+
+OPEN_SEGMENT_S = 3600.0  # a show without a rundown: one open segment, looped
+
+
+def open_segment(roles: tuple[RoleSpec, ...]) -> Segment:
+    """The rundown of a show that has none: the roles talk about their personas' interests."""
+    interests = ", ".join(dict.fromkeys(k for r in roles for k in r.keywords[:2])) or "the show"
+    return Segment(title="open talk", brief=f"the roles chat about what they love: {interests}",
+                   length_s=OPEN_SEGMENT_S, leads=tuple(r.id for r in roles), then="loop",
+                   topics=tuple(dict.fromkeys(k for r in roles for k in r.keywords[:2])))
+
+
+@dataclass(frozen=True, slots=True)
 class Show:
-    """A show: its title, roles, blocklist and danmaku script."""
+    """A show: its title, roles, blocklist, danmaku script and rundown."""
 
     title: str
     roles: tuple[RoleSpec, ...]
     script: tuple[ScriptLine, ...] = ()
     blocklist: tuple[str, ...] = ()
+    segments: tuple[Segment, ...] = ()
+
+    @property
+    def rundown(self) -> tuple[Segment, ...]:
+        """The segments the show runs: its own, or one open segment."""
+        return self.segments or (open_segment(self.roles),)
 
     def role(self, role_id: str) -> RoleSpec | None:
         return next((r for r in self.roles if r.id == role_id), None)
@@ -96,6 +141,12 @@ class Show:
             "script": [
                 {"at": s.at_s, "user": s.user, "text": s.text, "to": s.to, "kind": s.kind}
                 for s in self.script
+            ],
+            "segments": [
+                {"title": g.title, "brief": g.brief, "length": g.length_s, "leads": list(g.leads),
+                 "joins": list(g.joins), "lines": [{"text": x.text, "role": x.role} for x in g.lines],
+                 "then": g.then, "topics": list(g.topics)}
+                for g in self.segments
             ],
         }
 
@@ -153,6 +204,74 @@ def _role(doc: Mapping[str, Any], i: int) -> RoleSpec:
     )
 
 
+def _roles_of(doc: Mapping[str, Any], key: str, where: str, known: set[str]) -> tuple[str, ...]:
+    value = _get(doc, key, (list, str), where, [])
+    ids = (value,) if isinstance(value, str) else tuple(value)
+    for role in ids:
+        if not isinstance(role, str) or role not in known:
+            raise ShowError(f"{where}.{key}: {role!r} is not a role of the show")
+    return ids
+
+
+def _segment_line(raw: Any, where: str, known: set[str]) -> SegmentLine:
+    if isinstance(raw, str):
+        text, role = raw, None
+    elif isinstance(raw, dict):
+        text = _get(raw, "text", str, where)
+        role = _get(raw, "role", (str, type(None)), where, None)
+        if role is not None and role not in known:
+            raise ShowError(f"{where}.role: {role!r} is not a role of the show")
+    else:
+        raise ShowError(f"{where}: wrong type {type(raw).__name__} (a string or a table with text)")
+    if not text.strip():
+        raise ShowError(f"{where}: the line is empty")
+    if len(text) > 400:
+        raise ShowError(f"{where}: {len(text)} characters, a verbatim line has at most 400")
+    return SegmentLine(text.strip(), role)
+
+
+def _segment(doc: Any, i: int, known: set[str]) -> Segment:
+    where = f"segments[{i}]"
+    if not isinstance(doc, dict):
+        raise ShowError(f"{where}: wrong type {type(doc).__name__} (a table)")
+    title = _get(doc, "title", str, where).strip()
+    if not title or len(title) > 80:
+        raise ShowError(f"{where}.title: a title has 1 to 80 characters")
+    length = float(_get(doc, "length", (int, float), where))
+    if not 5 <= length <= 24 * 3600:
+        raise ShowError(f"{where}.length: {length:g} s is not in 5..86400")
+    leads = _roles_of(doc, "leads", where, known)
+    if not leads:
+        raise ShowError(f"{where}.leads: a segment needs at least one lead role")
+    lines = tuple(_segment_line(x, f"{where}.lines[{j}]", known)
+                  for j, x in enumerate(_get(doc, "lines", list, where, [])))
+    return Segment(
+        title=title, brief=_get(doc, "brief", str, where, "").strip() or title, length_s=length, leads=leads,
+        joins=_roles_of(doc, "joins", where, known), lines=lines, then=_get(doc, "then", str, where, "next"),
+        topics=_topics(doc, where) or (title,),
+    )
+
+
+def _topics(doc: Mapping[str, Any], where: str) -> tuple[str, ...]:
+    topics = _get(doc, "topics", list, where, [])
+    for j, topic in enumerate(topics):
+        if not isinstance(topic, str) or not 1 <= len(topic.strip()) <= 40:
+            raise ShowError(f"{where}.topics[{j}]: a topic is a string of 1 to 40 characters")
+    return tuple(t.strip() for t in topics)
+
+
+def _rundown(doc: Mapping[str, Any], roles: tuple[RoleSpec, ...]) -> tuple[Segment, ...]:
+    known = {r.id for r in roles}
+    segments = tuple(_segment(g, i, known) for i, g in enumerate(_get(doc, "segments", list, "show", [])))
+    titles = [g.title for g in segments]
+    for i, g in enumerate(segments):
+        if titles.count(g.title) > 1:
+            raise ShowError(f"segments[{i}].title: {g.title!r} is used by two segments")
+        if g.then not in ("next", "loop") and g.then not in titles:
+            raise ShowError(f"segments[{i}].then: {g.then!r} is not 'next', 'loop' or a segment's title")
+    return segments
+
+
 def show_from_dict(doc: Mapping[str, Any]) -> Show:
     """Validate plain data (a parsed TOML file or a ``run.started`` show) into a Show."""
     meta = doc.get("show", doc)
@@ -173,6 +292,7 @@ def show_from_dict(doc: Mapping[str, Any]) -> Show:
         title=str(meta.get("title", "Troupe show")), roles=roles,
         script=tuple(sorted(lines, key=lambda s: s.at_s)),
         blocklist=tuple(str(w) for w in _get(meta, "blocklist", list, "show", [])),
+        segments=_rundown(doc, roles),
     )
 
 

@@ -24,6 +24,9 @@ def is_token(value: str) -> bool:
 # NATS credentials may publish on (see the generated server config, app.natsauth).
 MODERATOR = "moderator"
 MODERATED = "danmaku.received"
+# The operator's controls (say, segment, hold, resume): moderators' credentials only, like
+# moderator lines; in the danmaku stream, so that the director takes them in one order with the chat.
+CONTROL = "danmaku.control"
 
 
 def subject_for(event: Event) -> str:

@@ -17,7 +17,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from events.base import Event
-from events.cue import CueIssued, CueMerged
+from events.cue import ControlApplied, CueIssued, CueMerged, SegmentStarted
 from events.danmaku import DanmakuRejected, DanmakuSkipped
 from events.frame import FrameRendered
 from events.output import OutputConnected, OutputDropped
@@ -25,8 +25,10 @@ from events.qos import ResolutionChanged
 from events.role import RoleDeclared, RoleWeightsChanged
 from events.show import RESOLUTIONS
 from events.utterance import UtteranceDropped
+from events.viseme import VisemeTrack
 
-SKIP_REASONS = ("stale", "superseded", "user_waiting", "show_ending", "run_ending")  # actors.director.SKIP_DETAIL
+SKIP_REASONS = ("stale", "superseded", "user_waiting", "show_ending", "run_ending", "on_hold")  # actors.director.SKIP_DETAIL
+CUE_REASONS = ("chat", "line", "brief", "follow_up", "invitation", "say")  # events.cue.CueIssued.reason
 DROP_REASONS = ("deadline", "interrupted", "unknown_role", "other")  # a reply dropped on purpose
 OUTPUTS = ("rtmp", "hls")
 _LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12)
@@ -81,6 +83,16 @@ class Metrics:
             "troupe_danmaku_outcomes", "What became of danmaku", ["outcome", "reason"], registry=r,
         )
         self.replies_dropped = Counter("troupe_replies_dropped", "Replies dropped on purpose", ["reason"], registry=r)
+        self.cues = Counter("troupe_cues", "Cues by why the stage speaks: chat, or the show's own reason",
+                            ["reason"], registry=r)
+        self.speech_seconds = Counter("troupe_speech_seconds", "Speech placed on the show timeline", ["role"], registry=r)
+        self.silence_seconds = Histogram(
+            "troupe_silence_seconds", "Silences between placed speech on the show timeline",
+            buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, 30.0), registry=r,
+        )
+        self.segments = Counter("troupe_segments_started", "Rundown segments started, by why", ["reason"], registry=r)
+        self.controls = Counter("troupe_operator_controls", "Operator controls applied", ["action"], registry=r)
+        self._spoken_until: dict[str, int] = {}  # run -> end of the speech placed so far (bounded)
         self.output_drops = Counter("troupe_output_drops", "Live output connections lost or refused", ["output"], registry=r)
         self.output_reconnects = Counter("troupe_output_reconnects", "Live outputs connected again", ["output"], registry=r)
         # Every bounded label set starts at 0, so a dashboard shows "none yet" rather than no data.
@@ -90,6 +102,8 @@ class Metrics:
             self.danmaku_outcomes.labels("skipped", reason)
         for reason in DROP_REASONS:
             self.replies_dropped.labels(reason)
+        for reason in CUE_REASONS:
+            self.cues.labels(reason)
         for output in OUTPUTS:
             self.output_drops.labels(output)
             self.output_reconnects.labels(output)
@@ -103,8 +117,18 @@ class Metrics:
         if isinstance(event, FrameRendered):
             self.frame_lateness.observe(max(0.0, event.late_ms) / 1000)
             self.resolution.set(event.height)
-        elif isinstance(event, (CueIssued, CueMerged)):
-            self.danmaku_outcomes.labels("cue" if isinstance(event, CueIssued) else "merged", "").inc()
+        elif isinstance(event, CueIssued):
+            self.cues.labels(_bounded(event.reason) if event.reason in CUE_REASONS else "chat").inc()
+            if not event.self_driven:
+                self.danmaku_outcomes.labels("cue", "").inc()
+        elif isinstance(event, CueMerged):
+            self.danmaku_outcomes.labels("merged", "").inc()
+        elif isinstance(event, VisemeTrack):
+            self._placed(event)
+        elif isinstance(event, SegmentStarted):
+            self.segments.labels(_bounded(event.reason)).inc()
+        elif isinstance(event, ControlApplied):
+            self.controls.labels(_bounded(event.action)).inc()
         elif isinstance(event, (DanmakuRejected, DanmakuSkipped)):
             outcome = "rejected" if isinstance(event, DanmakuRejected) else "skipped"
             self.danmaku_outcomes.labels(outcome, _bounded(event.reason)).inc()
@@ -123,6 +147,16 @@ class Metrics:
             self.output_drops.labels(_bounded(event.output)).inc()
         elif isinstance(event, OutputConnected) and event.attempt > 1:
             self.output_reconnects.labels(_bounded(event.output)).inc()
+
+    def _placed(self, track: VisemeTrack) -> None:
+        """Speech placed: its seconds by role, and the silence before it (tracks come in timeline order)."""
+        self.speech_seconds.labels(_bounded(track.role or "")).inc(max(0, track.end_ms - track.start_ms) / 1000)
+        until = self._spoken_until.get(track.run, 0)
+        if track.start_ms > until:
+            self.silence_seconds.observe((track.start_ms - until) / 1000)
+        if track.run not in self._spoken_until and len(self._spoken_until) >= 64:
+            del self._spoken_until[next(iter(self._spoken_until))]  # the oldest run: bounded
+        self._spoken_until[track.run] = max(until, track.end_ms)
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Serve /metrics on ``host`` (port 0: any free port); returns the port."""

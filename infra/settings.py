@@ -45,6 +45,9 @@ class Settings:
     blocklist: tuple[str, ...] = ()
     cue_deadline_ms: int = 8000          # a reply's speech must start this soon after its cue
     stage_backlog_ms: int = 4000         # speech asked for and not yet spoken stays under this
+    self_driven: str = "on"              # "off": the show speaks only when the chat asks (no rundown)
+    idle_gap_ms: int = 500               # when nobody waits, the show speaks this long after the speech before
+    banter_turns: int = 4                # turns between roles before one goes to the chat
     llm_backend: str = "scripted"        # a name in actors.backends.registry.LLM
     llm_max_sentences: int = 3
     tts_backend: str = "espeak"          # a name in actors.backends.registry.TTS (a role may name its own)
@@ -110,7 +113,7 @@ _KINDS: dict[str, type] = {
 # every process that handles the run and by re-execution.
 RUN_SETTINGS = (
     "merge_window_ms", "max_danmaku_chars", "blocklist", "cue_deadline_ms", "jpeg_quality", "interrupt_priority",
-    "stage_backlog_ms",
+    "stage_backlog_ms", "self_driven", "idle_gap_ms", "banter_turns",
 )
 
 
@@ -160,6 +163,12 @@ def validate(settings: Settings) -> None:
         raise SettingsError("TROUPE_MAX_DELIVER must be at least 1")
     if settings.llm_max_sentences < 1:
         raise SettingsError("TROUPE_LLM_MAX_SENTENCES must be at least 1")
+    if settings.self_driven not in ("on", "off"):
+        raise SettingsError("TROUPE_SELF_DRIVEN must be 'on' or 'off'")
+    if not 0 <= settings.idle_gap_ms <= 10000:
+        raise SettingsError("TROUPE_IDLE_GAP_MS must be in 0..10000")
+    if settings.banter_turns < 1:
+        raise SettingsError("TROUPE_BANTER_TURNS must be at least 1")
     if settings.scheduler not in ("troupe", "fifo"):
         raise SettingsError("TROUPE_SCHEDULER must be 'troupe' or 'fifo'")
     if settings.store_frames not in ("full", "digest"):

@@ -43,6 +43,8 @@ class StagePolicy:
     sentence_ms: int = 1700       # estimated speech of one sentence (espeak: p50 1.5 s, p90 2.2 s)
     pause_ms: int = 400           # and the pause before the next reply: estimates err long, never
                                   # short, or the real backlog would grow reply after reply
+    own_line_ms: int = 2600       # estimated speech of a line of the show's own (one short sentence:
+                                  # the scripted writer's with espeak: p50 2.5 s, p90 3.1 s)
     max_sentences: int = 3
     crowd: int = 3                # this many comments waiting: replies of one sentence
 
@@ -56,6 +58,12 @@ class StagePolicy:
         """Estimated speech of a reply of at most ``sentences`` sentences."""
         return sentences * self.sentence_ms + self.pause_ms
 
+    def verbatim_ms(self, text: str) -> int:
+        """Estimated speech of a line said word for word: Latin script about 15 characters a
+        second, Chinese about 4.5."""
+        wide = sum(1 for ch in text if ord(ch) >= 0x2E80)
+        return int((len(text) - wide) / 15 * 1000 + wide / 4.5 * 1000) + self.pause_ms
+
 
 @dataclass(slots=True)
 class Candidate:
@@ -67,6 +75,8 @@ class Candidate:
     arrival_ms: int
     seq: int                      # arrival order (ties)
     attached: list[str] = field(default_factory=list)  # near-duplicates answered with it
+    from_ms: int = 0              # its wait limit counts from here: arrival, or the end of the
+                                  # show's own line it arrived behind (that wait is not its class's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +101,7 @@ class StagePlan:
         self.urgent_free_ms = 0           # the same for urgent speech only (never cut)
         self.waiting: dict[str, Candidate] = {}
         self.answered: dict[str, int] = {}  # user -> when last answered
+        self.own_until_ms = 0             # when the show's own speech asked for is estimated to end
         self._arrivals = 0
 
     def __len__(self) -> int:
@@ -104,7 +115,7 @@ class StagePlan:
         """A comment arrives; returns the decisions it causes at once (a replaced comment,
         an urgent line answered now)."""
         self._arrivals += 1
-        cand = Candidate(key, cls, user, now_ms, self._arrivals)
+        cand = Candidate(key, cls, user, now_ms, self._arrivals, from_ms=max(now_ms, self.own_until_ms))
         out: list[Decision] = []
         if cls in (MODERATOR, GIFT):
             if not self._fits(now_ms, 1, urgent=True):
@@ -120,6 +131,17 @@ class StagePlan:
         self.waiting[key] = cand
         return out + self.decide(now_ms)
 
+    def occupy(self, now_ms: int, speech_ms: int) -> None:
+        """Speech asked for that no comment waited for (the show's own line, an operator's)."""
+        self.floor_free_ms = max(now_ms, self.floor_free_ms) + speech_ms
+        self.own_until_ms = self.floor_free_ms
+
+    def fits(self, now_ms: int, speech_ms: int) -> bool:
+        """Would speech this long, asked for now, end before the show does?"""
+        if not self.end_ms:
+            return True
+        return max(now_ms + self.policy.lead_ms, self.floor_free_ms) + speech_ms <= self.end_ms
+
     def attach(self, key: str, duplicate: str) -> bool:
         """Answer ``duplicate`` with the waiting comment ``key`` (False when it is not waiting)."""
         cand = self.waiting.get(key)
@@ -133,7 +155,7 @@ class StagePlan:
         if not self.waiting:
             return None
         free = self.floor_free_ms - self.policy.lead_ms
-        stale = min(c.arrival_ms + self.policy.wait_ms[c.cls] for c in self.waiting.values())
+        stale = min(c.from_ms + self.policy.wait_ms[c.cls] for c in self.waiting.values())
         due = min(free, stale + 1)
         return max(0, min(due, self.end_ms) if self.end_ms else due)
 
@@ -144,7 +166,7 @@ class StagePlan:
             return self.drain(now_ms, "show_ending")
         out: list[Decision] = []
         for cand in sorted(self.waiting.values(), key=lambda c: c.seq):
-            if now_ms - cand.arrival_ms > policy.wait_ms[cand.cls]:
+            if now_ms - cand.from_ms > policy.wait_ms[cand.cls]:
                 del self.waiting[cand.key]
                 out.append(Decision(cand, now_ms, False, "stale"))
         while self.waiting and self.backlog_ms(now_ms) <= policy.lead_ms:

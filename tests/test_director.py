@@ -21,7 +21,7 @@ def danmaku(text: str, user: str = "u", n: int = 1, **kw: object) -> DanmakuRece
 
 @pytest.fixture
 def director() -> Director:
-    return Director(load_settings(environ={}, blocklist=("casino",)))
+    return Director(load_settings(environ={}, blocklist=("casino",), self_driven="off"))
 
 
 def test_mention_routes_to_the_role(director: Director) -> None:
@@ -208,7 +208,7 @@ def test_nothing_is_asked_for_after_the_show_ends() -> None:
 def test_decisions_do_not_depend_on_when_the_clock_wakes(director: Director) -> None:
     chat = [(i * 300, danmaku(_text(i), user=f"u{i}", n=i)) for i in range(20)]
     ticked = _run_chat(director, chat, 60_000)
-    other = Director(load_settings(environ={}, blocklist=("casino",)))
+    other = Director(load_settings(environ={}, blocklist=("casino",), self_driven="off"))
     run = ctx().run
     lazy: list[Event] = []  # no tick at all until the end: every decision caught up at its time
     for at, event in chat:

@@ -56,7 +56,7 @@ def test_subject_filters_are_derived_from_the_declared_events() -> None:
     assert run.filters == ("troupe.*.run.started", "troupe.*.run.started.>", "troupe.*.run.ended",
                            "troupe.*.run.ended.>")
     assert qos.family == "qos" and qos.filters == ("troupe.*.qos.observed", "troupe.*.qos.observed.>")
-    assert [i.family for i in Director.inputs] == ["danmaku"]
+    assert [i.family for i in Director.inputs] == ["danmaku", "run"]
 
 
 def test_every_registered_actor_declares_what_it_consumes_and_emits() -> None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Final
 
+from actors.backends.own_lines import OwnLine, own_line
 from actors.backends.protocols import Persona, Prompt, ReplyWriter, Sentence
 from actors.backends.replies import (
     COMPLIMENT_WORDS,
@@ -271,6 +272,11 @@ def _language(code: str) -> str:
     return "zh" if code.strip().lower().startswith("zh") else "en"
 
 
+def _fitting(lang: str, words: Sequence[str]) -> list[str]:
+    """The words a line in ``lang`` can say (no switch of script), cleaned for a slot."""
+    return list(dict.fromkeys(w for w in (_clean(x, MAX_TOPIC_CHARS * 2) for x in words) if w and _fits(lang, w)))
+
+
 class ScriptedLLM(ReplyWriter):
     """Writes deterministic in-persona replies from a reply library; no model needed."""
 
@@ -287,12 +293,34 @@ class ScriptedLLM(ReplyWriter):
         for i, text in enumerate(sentences):
             yield Sentence(text, last=i == len(sentences) - 1)
 
+    def _own_line(self, persona: Persona, prompt: Prompt) -> str:
+        """A line of the show's own: varied by the role's turn (see ``own_lines``)."""
+        lang = _language(persona.language)
+        kind = prompt.kind if prompt.kind in ("follow_up", "invitation") else "brief"
+        topics = _fitting(lang, prompt.topics)
+        # The role's own interests, less those the topics already name ("games" in "cozy games").
+        mine = [m for m in _fitting(lang, persona.keywords) if not any(m.casefold() in t.casefold() for t in topics)]
+        mine = mine or [LIBRARY[lang].default_topic.get("generic", GENERIC_TOPIC[lang])]
+        topics = topics or mine
+        if kind == "follow_up":  # the word it answers in the first topic's place (the count stays steady)
+            heard = _zh_topic(prompt.follows) if lang == "zh" else _en_topic(prompt.follows)
+            fits = _fitting(lang, [heard]) if heard else []
+            if fits and fits[0] not in topics and not any(
+                    heard.casefold() in m.casefold() or m.casefold() in heard.casefold() for m in mine):
+                topics = fits[:1] + topics[1:]
+        name = _clean(persona.name, MAX_NAME_CHARS) or persona.role
+        seed = self._seed if prompt.seed is None else prompt.seed
+        return own_line(OwnLine(kind, lang, persona.role, name, prompt.turn, topics, mine,
+                                to=_clean(prompt.addressee, MAX_NAME_CHARS) or LIBRARY[lang].default_user, seed=seed))
+
     def reply(self, persona: Persona, prompt: Prompt) -> str:
         """Return the full reply: the stream's chunks joined as the language expects."""
         pack = LIBRARY[_language(persona.language)]
         return pack.joiner.join(self._sentences(persona, prompt))
 
     def _sentences(self, persona: Persona, prompt: Prompt) -> tuple[str, ...]:
+        if prompt.kind:
+            return (self._own_line(persona, prompt),)
         lang = _language(persona.language)
         pack = LIBRARY[lang]
         # String seeds are hashed with SHA-512 by random.Random, so this is stable across

@@ -55,6 +55,17 @@ class Prompt:
     # "Name: text" (so roles can answer each other), and how many sentences the stage has room for.
     context: tuple[str, ...] = ()
     max_sentences: int = 3
+    # A line of the show's own (no viewer asked): ``kind`` says which ("brief": a point on the
+    # segment's brief, "follow_up": answering ``follows``, the line ``addressee`` just said,
+    # "invitation": inviting the chat); "" for a reply to a viewer.  ``turn`` counts the role's
+    # own lines before this one, so a writer can vary them.
+    kind: str = ""
+    segment: str = ""
+    brief: str = ""
+    topics: tuple[str, ...] = ()
+    follows: str = ""
+    addressee: str = ""
+    turn: int = 0
 
 
 class Sentence(str):
@@ -76,7 +87,8 @@ class Sentence(str):
 
 
 class ReplyWriter(Protocol):
-    """Writes a role's reply to a comment, streamed one sentence at a time.
+    """Writes a role's reply to a comment, or a line of the show's own (``Prompt.kind``),
+    streamed one sentence at a time.
 
     Built once per process with no arguments (``Class()``).  ``name`` is recorded in
     ``utterance.completed``.  Each sentence is one chunk of text for TTS; the actor cuts the

@@ -10,13 +10,44 @@ from actors.backends.protocols import Persona, Prompt, Sentence
 
 # A sentence ends at . ! ? (or their full-width forms) and the space after them.
 _END = re.compile(r"(?<=[.!?。！？])[\"')\]]*\s+")
+# A line said word for word is cut after its end marks (Chinese ones need no space after them).
+_VERBATIM_END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])\s*")
 _TAIL = re.compile(r"[.!?。！？][\"')\]]*\s*$")
 # A small model may open its reply as a transcript line ("Mika: ..."), copying the stage context.
 _SPEAKER = re.compile(r"^\s*[A-Za-z][\w .'-]{0,24}:\s+")
 
 
+# What a model is asked for a line of the show's own (Prompt.kind), in one sentence.
+_OWN_LINE = {
+    "brief": "Say one short sentence that moves the segment along: a fresh point, a fact or an opinion.",
+    "follow_up": "{addressee} just said: \"{follows}\". Answer {addressee}, or ask {addressee} about it, "
+                 "in one short sentence.",
+    "invitation": "Invite the viewers to write a comment about it, in one short sentence with a question.",
+}
+
+
+def own_line_messages(persona: Persona, prompt: Prompt) -> list[dict[str, str]]:
+    """The chat for a line of the show's own: the persona, the segment and its brief, the stage
+    so far, and what to say (a point, a follow-up on another role's line, an invitation)."""
+    system = (
+        f"You are {persona.name}, a host on a live stream. {persona.persona} "
+        f"You are in the segment \"{prompt.segment}\": {prompt.brief}. "
+        "Speak in character, without lists, emojis or your own name as a label."
+    )
+    if prompt.context:
+        system += " Said on stage just before:\n" + "\n".join(prompt.context)
+    ask = _OWN_LINE.get(prompt.kind, _OWN_LINE["brief"])
+    ask = ask.format(addressee=prompt.addressee or "your co-host", follows=prompt.follows or prompt.brief)
+    if persona.language == "zh":
+        ask += " Answer in Mandarin Chinese."
+    return [{"role": "system", "content": system}, {"role": "user", "content": ask}]
+
+
 def chat_messages(persona: Persona, prompt: Prompt) -> list[dict[str, str]]:
-    """The chat: the persona as system prompt, the stage so far, then the viewer's comment."""
+    """The chat: the persona as system prompt, the stage so far, then the viewer's comment (or,
+    for a line of the show's own, ``own_line_messages``)."""
+    if prompt.kind:
+        return own_line_messages(persona, prompt)
     system = (
         f"You are {persona.name}, a host on a live stream. {persona.persona} "
         f"Answer the viewer in at most {max(1, prompt.max_sentences)} short sentences, "
@@ -27,6 +58,13 @@ def chat_messages(persona: Persona, prompt: Prompt) -> list[dict[str, str]]:
     asker = prompt.user or "a viewer"
     many = f" ({prompt.merged} viewers said this)" if prompt.merged > 1 else ""
     return [{"role": "system", "content": system}, {"role": "user", "content": f"{asker}{many}: {prompt.text}"}]
+
+
+def verbatim_sentences(text: str) -> Iterator[Sentence]:
+    """A line said word for word, as its sentences (each saying whether it is the last)."""
+    parts = [part.strip() for part in _VERBATIM_END.split(text.strip()) if part.strip()]
+    for i, part in enumerate(parts):
+        yield Sentence(part, last=i == len(parts) - 1)
 
 
 def reply_sentences(pieces: Iterable[str]) -> Generator[str, None, None]:

@@ -63,7 +63,7 @@ class Harness:
             due = next_due(self.actor)
             if due is None:
                 break
-            at_ms = int(due[0] * 1000) - self.run.started_at_ms
+            at_ms = round(due[0] * 1000) - self.run.started_at_ms  # the float wall time rounds back
             if at_ms > to_ms:
                 break
             self.now_ms = max(self.now_ms, at_ms)

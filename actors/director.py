@@ -206,7 +206,7 @@ class Director(ClockedActor):
         """The run starts (the rundown opens), ends (the show stops speaking by itself), or an
         input comes for a run that is unknown or over."""
         if isinstance(event, RunStarted):  # the rundown's first segment (once, however often it comes)
-            return self._state(Context(event, ctx.now_ms)).floor.opening()
+            return self._state(Context(event, ctx.now_ms)).floor.opening(ctx.now_ms)
         if isinstance(event, RunEnded):
             state = self._runs.get(event.run)
             if state is None:
@@ -368,6 +368,8 @@ class Director(ClockedActor):
         addressed = self._addressee(state, event)
         if addressed is not None:
             return addressed
+        if event.kind == "moderator":  # the stage's voice of the house: the segment's lead answers
+            return state.floor.rundown.segment.roles[0], "segment_lead"
         folded = event.text.casefold()
         words = set(_WORD.findall(folded))
         scores = {r.id: sum(1 for k in r.keywords if _mentions(k.casefold(), folded, words)) for r in show.roles}
@@ -377,7 +379,6 @@ class Director(ClockedActor):
         # The role whose last reply ended longest ago (one floor: spread the talk over the roles).
         least = min(show.roles, key=lambda r: (state.busy_until.get(r.id, 0), -r.weight))
         return least.id, "least_busy"
-
 
 
 def _earliest(*dues: int | None) -> int | None:

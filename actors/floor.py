@@ -79,6 +79,8 @@ class ShowFloor:
         return min(dues) if dues else None
 
     def _change_due(self) -> int | None:
+        if not self.opened:
+            return None
         due = self.rundown.due_change_ms()
         return due if due is not None and (not self.plan.end_ms or due < self.plan.end_ms) else None
 
@@ -86,7 +88,7 @@ class ShowFloor:
         return max(self.since_ms, self.plan.floor_free_ms - self.plan.policy.lead_ms) if self.says else None
 
     def _own_due(self) -> int | None:
-        if self.held or len(self.plan):
+        if self.held or not self.opened or len(self.plan):
             return None
         policy = self.plan.policy
         due = max(self.since_ms, self.plan.floor_free_ms - policy.pause_ms + self.settings.idle_gap_ms - policy.lead_ms)
@@ -98,12 +100,16 @@ class ShowFloor:
 
     # -- what ------------------------------------------------------------------
 
-    def opening(self) -> list[Event]:
-        """The rundown's first segment, at the start of the show (once)."""
+    def opening(self, now_ms: int) -> list[Event]:
+        """The rundown's first segment, when the director takes in the run's start (once): the
+        show speaks by itself from then on (a worker that joins a run late, or a run started long
+        ago, does not catch up on speech nobody heard)."""
         if self.opened:
             return []
         self.opened = True
-        return [self._segment_event(SegmentChange(0, 0, 0, "start"))]
+        self.since_ms = max(self.since_ms, now_ms)
+        self.rundown.started_ms = self.rundown.planned_ms = now_ms
+        return [self._segment_event(SegmentChange(0, now_ms, now_ms, "start"))]
 
     def changes(self, now_ms: int) -> list[Event]:
         """The segments that ended by ``now_ms`` (each at the time it was due)."""

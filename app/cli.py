@@ -9,6 +9,7 @@ import logging
 import os
 import secrets
 import shlex
+import shutil
 import signal
 import sys
 import time
@@ -126,8 +127,9 @@ def _parser() -> argparse.ArgumentParser:
                      help='a Bilibili danmaku XML file (<d p="time,mode,...">text</d>), played at its pace')
     pub.add_argument("--speed", type=float, default=1.0,
                      help="with --bilibili: how many times faster than recorded (default 1)")
-    pub.add_argument("--wait", type=float, default=5.0,
-                     help="seconds to wait for the director's answers, all together (0: do not wait)")
+    pub.add_argument("--wait", type=float, default=10.0,
+                     help="seconds to wait for the director's answers, all together (0: do not wait; default "
+                          "10: a comment may wait for the floor up to 6 s after the line being spoken)")
     pub.add_argument("--json", action="store_true", help="one JSON object per danmaku")
 
     operator.add_parsers(sub, common)
@@ -260,15 +262,21 @@ def _announce(stage: Stage, show: Show, started: RunStarted) -> None:
     where = "embedded" if stage.embedded is not None else "given"
     metrics = "off" if stage.metrics.port is None else f"http://127.0.0.1:{stage.metrics.port}/metrics"
     mention = f" @{show.roles[0].id}" if show.roles else ""
-    command = ["troupe", "publish", "--run", started.run, f"hello{mention}"]
+    # The command as it runs from any folder of a new terminal: this troupe's own path (a venv's
+    # is on no PATH until activated), and the state dir where publish finds the embedded server.
+    program = shutil.which("troupe") or str(Path(sys.argv[0]).resolve())
+    command = [program, "publish", "--run", started.run, f"hello{mention}"]
+    controls = [program, "say", "--run", started.run, "--role", show.roles[0].id, "We'll be right back!"]
     if stage.embedded is None:
-        command += ["--nats", masked_url(str(url))]  # never a password in a log
-    elif settings.state_dir != Settings().state_dir:  # publish finds the embedded server in the state dir
-        command += ["--state-dir", str(settings.state_dir)]
+        extra = ["--nats", masked_url(str(url))]  # never a password in a log
+    else:
+        extra = ["--state-dir", str(Path(settings.state_dir).resolve())]
     print(f"troupe: run {started.run}\n"
           f"troupe: NATS {masked_url(str(url))} ({where})\n"
           f"troupe: metrics {metrics}\n"
-          f"troupe: talk to it from another terminal: {shlex.join(command)}", file=sys.stderr, flush=True)
+          f"troupe: talk to it from another terminal: {shlex.join(command + extra)}\n"
+          f"troupe: steer it (say, segment next, hold, resume): {shlex.join(controls + extra)}",
+          file=sys.stderr, flush=True)
 
 
 def _stop_on_signals() -> asyncio.Event:
@@ -435,11 +443,12 @@ async def _runs(args: argparse.Namespace, settings: Settings) -> int:
             "events": r.events, "errors": r.errors, "status": r.status, "replay_of": r.replay_of,
         } for r in runs]).decode())
         return 0
-    print(f"{'run':<28} {'started':<19} {'duration':>8}  {'roles':<22} {'events':>7} {'errors':>6}  status")
+    width = max([20, *(len(r.id) for r in runs)])  # a playback's id is longer: the columns follow it
+    print(f"{'run':<{width}} {'started':<19} {'duration':>8}  {'roles':<22} {'events':>7} {'errors':>6}  status")
     for r in runs:
         duration = "-" if r.duration_ms is None else f"{r.duration_ms / 1000:.1f}s"
         status = r.status + (f" (playback of {r.replay_of})" if r.replay_of else "")
-        print(f"{r.id:<28} {_when(r.started_at_ms):<19} {duration:>8}  {','.join(r.roles):<22} "
+        print(f"{r.id:<{width}} {_when(r.started_at_ms):<19} {duration:>8}  {','.join(r.roles):<22} "
               f"{r.events:>7} {r.errors:>6}  {status}")
     if not runs:
         print("(no runs recorded yet)")

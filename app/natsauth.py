@@ -115,7 +115,10 @@ def users() -> list[User]:
         *_stream_info(), *_provision(), *_run_directory(), f"{API}.CONSUMER.INFO.*.*",
     )))
     out.append(User("producer", tuple(danmaku)))
-    out.append(User("moderator", (*danmaku, f"{PREFIX}.*.{MODERATED}.{MODERATOR}", f"{PREFIX}.*.{CONTROL}")))
+    # The operator's commands (troupe say, segment, hold, resume) check the run and read the answer.
+    out.append(User("moderator", (*danmaku, f"{PREFIX}.*.{MODERATED}.{MODERATOR}", f"{PREFIX}.*.{CONTROL}",
+                                  *_run_directory()),
+                    (INBOX, *(family_filter(f) for f in ("danmaku", "cue")))))
     return out
 
 

@@ -11,7 +11,9 @@ Served by ``troupe up --preview`` and ``troupe actor preview`` beside the danmak
 - ``POST /api/runs/RUN/webrtc``: the page's WebRTC offer, answered with the stage's video and
   audio (``app.webrtc``);
 - ``POST /api/runs/RUN/play``: play a recorded run from the store into a new run (token);
-- the page's input box posts to ``POST /runs/RUN/danmaku`` (token), like any bridge.
+- the page's input box posts to ``POST /runs/RUN/danmaku`` (token), like any bridge;
+- its operator buttons (hold, resume, next segment, say) post to ``POST /api/runs/RUN/control``
+  (token): a ``danmaku.control``, answered with what the director did.
 
 Reading is open (the server binds to 127.0.0.1 unless told otherwise); sending and playing
 need ``TROUPE_PREVIEW_TOKEN``.
@@ -23,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -33,8 +36,10 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from actors.backends.stage_art import packaged_cjk_font
 from actors.preview import Message, PreviewActor
+from app.publish import RunError, send
 from app.web import WebServer
 from app.web import json_response as _json
+from events.danmaku import CONTROLS, OperatorControl
 from events.errors import TroupeError
 from events.subjects import is_token
 
@@ -71,6 +76,7 @@ class PreviewPage:
         router.add_get("/api/runs/{run}/feed", self.feed)
         router.add_post("/api/runs/{run}/webrtc", self.webrtc)
         router.add_post("/api/runs/{run}/play", self.play)
+        router.add_post("/api/runs/{run}/control", self.control)
 
     async def close(self) -> None:
         with contextlib.suppress(ValueError):
@@ -178,6 +184,30 @@ class PreviewPage:
         self._plays.add(task)
         task.add_done_callback(self._played)
         return _json({"run": run, "into": into, "events": len(messages)})
+
+    async def control(self, request: web.Request) -> web.Response:
+        """An operator's control from the page's buttons (the token holder only): published as
+        ``danmaku.control`` and answered with what the director did."""
+        refused = self.server.refused(request)
+        if refused is not None:
+            return refused
+        run = _run(request)
+        try:
+            doc = orjson.loads(await request.read())
+            if not isinstance(doc, dict) or doc.get("action") not in CONTROLS:
+                raise ValueError(f"expected {{\"action\": one of {', '.join(CONTROLS)}}}")
+            control = OperatorControl(
+                id=f"page-{secrets.token_hex(6)}", run=run, action=str(doc["action"]), text=str(doc.get("text", "")),
+                target=str(doc.get("target", "")), all=bool(doc.get("all", False)), user="preview",
+                at_ms=int(time.time() * 1000))
+        except (ValueError, orjson.JSONDecodeError) as exc:
+            return _json({"error": f"bad control: {exc}"}, 400)
+        try:
+            [sent] = await send(self.server.nc, run, [control], 5.0)
+        except RunError as exc:
+            return _json({"error": str(exc)}, 404)
+        answer = sent.to_dict()
+        return _json(answer, 422 if answer["outcome"] == "rejected" else 200)
 
     def _played(self, task: asyncio.Task[float]) -> None:
         self._plays.discard(task)

@@ -96,18 +96,27 @@ def danmaku_from(doc: object, default_id: str, run: str, now_ms: int) -> Danmaku
     return event
 
 
-async def check_run(js: JetStreamContext, run: str) -> None:
-    """Raise RunError unless the run has started and not ended."""
+async def check_run(js: JetStreamContext, run: str) -> int:
+    """The run's start (wall ms); RunError unless the run has started and not ended."""
     stream = stream_name("run")
     try:
-        await js.get_last_msg(stream, f"troupe.{run}.run.started")
+        msg = await js.get_last_msg(stream, f"troupe.{run}.run.started")
     except NotFoundError:
         raise UnknownRunError(f"no run {run} on this NATS server") from None
+    started = _started_at(msg.data)
     try:
         await js.get_last_msg(stream, f"troupe.{run}.run.ended")
     except NotFoundError:
-        return
+        return started
     raise RunEndedError(f"run {run} has ended")
+
+
+def _started_at(data: bytes | None) -> int:
+    try:
+        event = codec.decode(data or b"")
+    except DecodeError:
+        return 0
+    return getattr(event, "started_at_ms", 0)
 
 
 @dataclass(slots=True)
@@ -194,7 +203,7 @@ async def send(
     With ``offsets_s`` each danmaku is published that many seconds after the first (a recorded
     chat at its pace), stamped with the time it is sent."""
     js = nc.jetstream(timeout=10.0)
-    await check_run(js, run)
+    started_at_ms = await check_run(js, run)
     answers = _Answers({e.id for e in batch})
     subscriptions = [await nc.subscribe(family_filter(family, run), cb=answers.on_message)
                      for family in ("cue", "danmaku")]
@@ -208,6 +217,8 @@ async def send(
                 if delay > 0:
                     await asyncio.sleep(delay)
                 event = dataclasses.replace(event, at_ms=int(time.time() * 1000))
+            if started_at_ms and not event.t_ms:  # its show time: when it was sent, in the run
+                event = dataclasses.replace(event, t_ms=max(0, int(time.time() * 1000) - started_at_ms))
             ack = await (await publish_event(js, event))
             sent.append(Sent(event.id, duplicate=bool(ack.duplicate)))
             if on_sent is not None:

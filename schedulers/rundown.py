@@ -152,12 +152,12 @@ class Rundown:
             role, text = seg.lines[pending]
             return Turn(LINE, role, self.index, text=text, turn=self._count(role, LINE))
         last = self.last
+        if self.banter >= self.policy.banter_turns:  # enough between roles: one to the chat
+            role = self._pick(seg.roles[:seg.leads] if self.opening else seg.roles)
+            return Turn(INVITATION, role, self.index, turn=self._count(role, INVITATION))
         if self.opening:  # a segment opens with a point on its brief by a lead
             role = self._pick(seg.roles[:seg.leads])
             return Turn(BRIEF, role, self.index, turn=self._count(role, BRIEF))
-        if self.banter >= self.policy.banter_turns:
-            role = self._pick(seg.roles)
-            return Turn(INVITATION, role, self.index, turn=self._count(role, INVITATION))
         if last is not None and self.follow_ups < self.policy.follow_ups:
             others = [r for r in seg.roles if r != last.role]
             if others:

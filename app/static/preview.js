@@ -226,6 +226,28 @@ $("send").addEventListener("submit", async (ev) => {
   if (T.items[id]) showItem(T.items[id]);
 });
 
+// -- the operator's controls: hold, resume, next segment, say (the token holder only) -------------
+document.querySelectorAll("#operator button").forEach((button) => button.addEventListener("click", async () => {
+  if (!T.run) return;
+  const body = { action: button.dataset.action };
+  if (button.dataset.target) body.target = button.dataset.target;
+  if (body.action === "say") {
+    body.text = $("say-text").value;
+    if ($("say-role").value.trim()) body.target = $("say-role").value.trim();
+  }
+  let res, doc;
+  try {
+    res = await fetch(`/api/runs/${encodeURIComponent(T.run)}/control`, { method: "POST", headers: authHeaders(), body: JSON.stringify(body) });
+    doc = await res.json();
+  } catch (err) {
+    $("controlled").textContent = `not sent: ${err}`;
+    return;
+  }
+  $("controlled").dataset.status = res.status;
+  $("controlled").textContent = res.ok ? `${body.action}: ${doc.detail || doc.outcome}` : `refused (${res.status}): ${doc.error || doc.detail}`;
+  if (res.ok && body.action === "say") $("say-text").value = "";
+}));
+
 // -- media ---------------------------------------------------------------------------------------
 async function connectMedia(run) {
   const pc = T.pc = new RTCPeerConnection({ iceServers: [] });

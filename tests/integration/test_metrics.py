@@ -24,7 +24,9 @@ async def test_metrics_endpoint_counts_handled_inputs(settings: Settings) -> Non
         assert stage.metrics.port
         await stage.start_actors(["director"])
         run = "metricsrun"
-        await stage.publish([RunStarted(id=f"{run}-start", run=run, show=load_show().to_dict(), seed=1, started_at_ms=1)])
+        # The chat's outcomes only: the show does not speak by itself in this run.
+        await stage.publish([RunStarted(id=f"{run}-start", run=run, show=load_show().to_dict(), seed=1, started_at_ms=1,
+                                        config={"self_driven": "off"})])
         for i, text in enumerate(["@rex how do GPUs work", "@host best song ever?", "小鹿吃什么"]):
             event = DanmakuReceived(id=f"{run}-{i}", run=run, text=text, at_ms=1)
             await stage.js.publish(f"troupe.{run}.danmaku.received", codec.encode(event))

@@ -20,11 +20,12 @@ import pytest
 from nats.aio.client import Client
 
 from app.natsauth import server_config, users
+from app.publish import send
 from app.shows import load_show
 from app.supervisor import ACTOR_NAMES, Stage, run_show
 from app.web import WebServer, preview_server
 from events.codec import encode
-from events.danmaku import DanmakuReceived
+from events.danmaku import DanmakuReceived, OperatorControl
 from events.subjects import subject_for
 from infra.natsserver import EmbeddedNats, free_port, server_binary
 from infra.settings import Settings
@@ -147,14 +148,17 @@ async def test_what_each_service_may_not_do_is_refused(secured: SecuredNats, set
         await nc.publish("troupe.perm.frame.rendered", b"{}")
         moderator = DanmakuReceived(id="p-2", run="perm", text="take the floor", kind="moderator")
         await nc.publish(subject_for(moderator), encode(moderator))
+        control = OperatorControl(id="p-3", run="perm", action="hold")  # nor an operator's control
+        await nc.publish(subject_for(control), encode(control))
         with pytest.raises(Exception):  # noqa: B017 - a timeout or a permissions error, by client version
             await nc.jetstream(timeout=1.5).get_last_msg("TROUPE_RUN", "troupe.perm.run.started")
         await nc.subscribe("troupe.>")
         await nc.flush()
-        await wait_for(lambda: len(producer.errors) >= 4, 10, "the producer's violations")
+        await wait_for(lambda: len(producer.errors) >= 5, 10, "the producer's violations")
         said = " ".join(producer.errors).lower()
         assert 'publish to "troupe.perm.frame.rendered"' in said
         assert 'publish to "troupe.perm.danmaku.received.moderator"' in said
+        assert 'publish to "troupe.perm.danmaku.control"' in said
         assert 'publish to "$js.api.stream.msg.get.troupe_run"' in said
         assert 'subscription to "troupe.>"' in said
         # An actor may publish what it emits, not another family's events.
@@ -213,6 +217,14 @@ async def test_the_show_runs_with_every_service_on_its_own_credentials(secured: 
         await wait_for(started, 20, "the run")
         await nc.jetstream().publish("troupe.creds.danmaku.received", encode(line))
         await nc.close()
+        # The operator's say, with the moderator's credentials: checked, applied and answered.
+        moderator = Client_()
+        mnc = await moderator.connect(secured.url("moderator"))
+        say = OperatorControl(id="creds-say", run="creds", action="say", target="rex", user="op",
+                              text="Thanks for watching, everyone.")
+        [said] = await send(mnc, "creds", [say], 10.0)
+        await mnc.close()
+        assert said.to_dict()["outcome"] == "applied", said.to_dict()
         assert page is not None
         async with aiohttp.ClientSession() as http, http.post(
             f"http://127.0.0.1:{page.port}/runs/creds/danmaku?wait=15", json={"text": "hello @rex", "user": "web"},
@@ -224,6 +236,9 @@ async def test_the_show_runs_with_every_service_on_its_own_credentials(secured: 
         rejected = [e for e in read_events(show.engine, "creds") if e.type == "danmaku.rejected"
                     and e.correlation == "creds-fake-mod"]
         assert len(rejected) == 1 and "moderator" in rejected[0].detail  # type: ignore[attr-defined]
+        spoken = [e for e in read_events(show.engine, "creds") if e.type == "utterance.completed"
+                  and e.utterance == say.derive("say")]  # type: ignore[attr-defined]
+        assert [e.text for e in spoken] == ["Thanks for watching, everyone."]  # type: ignore[attr-defined]
         assert (Path(settings.out_dir) / "creds.mp4").exists()
         stored = list(read_events(show.engine, result.run))
         types = {e.type for e in stored}

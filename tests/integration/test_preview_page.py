@@ -16,7 +16,9 @@ import pytest
 from app.shows import load_show
 from app.supervisor import Stage, run_show
 from app.web import preview_server
+from events.cue import ControlApplied, CueIssued
 from infra.settings import Settings
+from store.recorder import read_events
 from tests.conftest import wait_for
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -97,9 +99,24 @@ async def test_the_page_shows_the_show_live_and_sends_with_a_token(settings: Set
                 assert not any(i["text"] == "this must not be sent" for i in board.feed.values())
                 roles = await page.inner_text("#roles")
                 assert all(r.name in roles for r in load_show().roles)
+                # The operator's buttons (the token holder): hold the show's own speech, say a line.
+                await page.click("#operator button[data-action=hold]")
+                await until(page, "document.getElementById('controlled').dataset.status === '401'", 10, "hold refused")
+                await page.fill("#token", TOKEN)
+                await page.click("#operator button[data-action=hold]")
+                await until(page, "document.getElementById('controlled').dataset.status === '200'", 10, "hold applied")
+                assert "held" in await page.inner_text("#controlled")
+                await page.fill("#say-role", "xiaolu")
+                await page.fill("#say-text", "A line from the operator's page.")
+                await page.click("#operator button[data-action=say]")
+                await until(page, "document.getElementById('controlled').textContent.startsWith('say:')", 10, "say applied")
 
                 result = await show
                 assert result.mp4 is not None
+                said = [e for e in read_events(stage.engine, run) if isinstance(e, CueIssued) and e.reason == "say"]
+                assert [(c.role, c.text) for c in said] == [("xiaolu", "A line from the operator's page.")]
+                applied = [e.action for e in read_events(stage.engine, run) if isinstance(e, ControlApplied)]
+                assert applied == ["hold", "say"]
                 # The run, now recorded, plays again from the store into a new run, watched on the page.
                 await page.fill("#token", TOKEN)
                 await page.reload()

@@ -8,6 +8,7 @@ import orjson
 import pytest
 from sqlalchemy import func, select
 
+from app.shows import load_show
 from app.summary import summarise
 from events import codec
 from schedulers.stage import StagePolicy
@@ -107,7 +108,10 @@ async def test_the_summary_reports_what_happened(demo) -> None:  # type: ignore[
     assert summary["rejected"] == 1, summary  # the blocklisted line of the demo script
     assert summary["merged"] == 1, summary    # two viewers asked Rex the same thing
     lat = summary["latency_ms"]
-    assert lat["danmaku_to_first_audio"]["n"] == summary["events"]["cue.issued"], summary
+    assert lat["danmaku_to_first_audio"]["n"] == summary["danmaku"]["answered"], summary  # each answered is heard
+    air = summary["airtime"]  # the show speaks by itself between the comments: its rundown's lines too
+    assert air["own_lines"]["verbatim_said"] == [load_show().segments[0].lines[0].text], air
+    assert air["speaking_share"] > 0.6 and air["longest_silence_ms"] < 5000, air
     # A comment waits for the floor (the director's stage budget) at most its class's limit; once
     # its role is cued, the speech starts within a second (quiet or busy: under 50 ms).
     assert lat["danmaku_to_first_audio"]["p99"] <= max(StagePolicy().wait_ms) + 1000, lat

@@ -198,6 +198,8 @@ class Director(ClockedActor):
         state = self._state(ctx)
         if isinstance(event, OperatorControl):
             out += state.floor.control(event, ctx.now_ms)
+            if state.floor.hold_all:  # the comments waiting go too (moderator lines never wait)
+                out += self._outcomes(state, state.plan.drain(ctx.now_ms, "on_hold"))
         elif isinstance(event, DanmakuReceived):
             out += self._take(event, ctx)
         return out

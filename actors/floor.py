@@ -113,7 +113,9 @@ class ShowFloor:
 
     def changes(self, now_ms: int) -> list[Event]:
         """The segments that ended by ``now_ms`` (each at the time it was due)."""
-        return [] if self.closed else [self._segment_event(c) for c in self.rundown.advance(now_ms)]
+        if self.closed or not self.opened:
+            return []
+        return [self._segment_event(c) for c in self.rundown.advance(now_ms)]
 
     def operator_at(self, now_ms: int) -> list[Event]:
         """An operator's line, when the floor is about to free (before any comment)."""

@@ -213,6 +213,8 @@ class PreviewActor(Actor):
             board.cues.popitem(last=False)
         item = board.item(corr)
         item.update(outcome="cue", role=e.role)
+        if e.self_driven and not item["text"]:  # no viewer asked: the feed says why the show speaks
+            item.update(user=e.user or "the show", text=f"[{e.reason}] {e.segment}", reason=e.reason)
         self._tell_item(board, item)
 
     def _merged(self, board: Board, e: CueMerged) -> None:

@@ -245,6 +245,9 @@ async def _up(args: argparse.Namespace, settings: Settings) -> int:
           f"{d['skipped']} skipped{f' ({reasons})' if reasons else ''}, {d['rejected']} rejected"
           + (f"; {d['none']} without an outcome, {d['twice']} with two" if d["none"] or d["twice"] else ""))
     print(f"replies dropped: {summary['dropped']} (deadline, interruption or the show's end)")
+    for line in inspect.format_airtime(summary.get("airtime") or {}):
+        if line:
+            print(line)
     if args.json:
         print(orjson.dumps(summary).decode())
     return 0 if result.mp4 else 1

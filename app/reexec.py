@@ -31,6 +31,7 @@ import orjson
 from sqlalchemy import Engine
 
 from actors.base import Actor, ClockedActor, Context
+from actors.runtime.admission import admit
 from app.registry import REEXECUTED, Wiring, entry
 from events import codec
 from events.audio import AudioChunk
@@ -182,6 +183,8 @@ def _replay_handler(
     def calls() -> Iterator[tuple[Row | None, Iterable[Event]]]:
         nonlocal now
         for row in inputs:
+            if not admit(actor, row.event, run).handled:  # as the runtime would have: e.g. a playback's
+                continue
             mine = [r for r in rec.by_cause.get(row.event.id, []) if r.event.type in owned]
             if mine:
                 now = min(_heard_at(r.event) for r in mine)

@@ -49,6 +49,7 @@ async def bench(count: int, interval_s: float, resolution: str) -> dict[str, Any
         settings = load_settings(
             state_dir=Path(tmp) / "state", out_dir=Path(tmp) / "out", metrics_port=-1, resolution=resolution,
             llm_max_sentences=1, merge_window_ms=0, preview_token=TOKEN, http_port=0,
+            self_driven="off",  # the stage idle between the page's danmaku, as before the rundown
         )
         run = new_run_id()
         async with Stage(settings) as stage:

@@ -9,7 +9,7 @@ scripted LLM and espeak; ``--split ""`` runs every actor in this one process, as
 ``troupe up`` does.  Danmaku are
 published at a steady rate, spread over the roles, each one after the previous
 reply has finished (replies are one sentence), so the stage is idle when it
-arrives.  Latencies come from the event store: the wall-clock emission time
+arrives (the show's own speech is off: ``TROUPE_SELF_DRIVEN=off``).  Latencies come from the event store: the wall-clock emission time
 (``at_ms``) of each event along the danmaku's correlation chain.
 """
 
@@ -112,6 +112,7 @@ async def bench(
         settings = load_settings(
             state_dir=Path(tmp) / "state", out_dir=Path(tmp) / "out", metrics_port=-1,
             resolution=resolution, llm_max_sentences=1, merge_window_ms=0, llm_backend=llm, tts_backend=tts,
+            self_driven="off",  # an idle stage: the show does not speak by itself between the danmaku
         )
         async with Stage(settings) as stage:
             workers = [await _spawn_actor(name, stage, settings) for name in split]

@@ -133,6 +133,7 @@ def test_the_operator_holds_says_and_moves_the_rundown_on() -> None:
         (30_000, _control("resume", 2)),
         (50_000, _control("say", 3, text="Back after a short break.", target="rex")),
         (60_000, _control("segment", 4, target="Late-night snacks")),
+        (69_900, DanmakuReceived(id="d3", run="r1", text="waiting when the hold comes", user="c")),
         (70_000, _control("hold", 5, all=True)),
         (71_000, DanmakuReceived(id="d2", run="r1", text="hello?", user="b")),
         (80_000, _control("resume", 6)),
@@ -155,8 +156,8 @@ def test_the_operator_holds_says_and_moves_the_rundown_on() -> None:
     assert [(s.title, s.t_ms) for s in segments] == [("Late-night snacks", 60_000)]
     after = [c for c in own if c.t_ms >= 60_000]
     assert after and after[0].segment == "Late-night snacks" and after[0].t_ms <= 63_000
-    [skipped] = [e for e in out if isinstance(e, DanmakuSkipped)]
-    assert (skipped.reason, skipped.correlation) == ("on_hold", "d2")
+    skipped = [(e.reason, e.correlation) for e in out if isinstance(e, DanmakuSkipped)]
+    assert skipped == [("on_hold", "d3"), ("on_hold", "d2")]
     assert not [c for c in own if 70_000 < c.t_ms < 80_000]
     applied = [e for e in out if isinstance(e, ControlApplied)]
     assert [a.action for a in applied] == ["hold", "resume", "say", "segment", "hold", "resume"]

@@ -38,6 +38,7 @@ from actors.base import (
     HandlerError,
     ScheduledActor,
 )
+from actors.runtime.admission import REFUSE, admit
 from actors.runtime.batch import arrivals
 from actors.runtime.clock import next_due
 from actors.runtime.delivery import (
@@ -335,21 +336,24 @@ class ActorRuntime:
         assert d.event is not None and d.meta is not None
         event = d.event
         ctx = await self.context(event.run)
-        if ctx.run is None and not self.actor.accepts_unknown_runs and not isinstance(event, RunStarted):
-            d.fail(f"unknown run {event.run!r}", permanent=True)
-            return
+        joins = late = True
         if isinstance(event, RunStarted):
             self.runs.remember(event)
             ctx = Context(event, int(self.clock() * 1000) - event.started_at_ms)
-            if not await self.view.joins(event, self._started_ms):
-                return
+            joins = await self.view.joins(event, self._started_ms)
         elif isinstance(event, RunEnded):
             self.runs.remember_end(event.run, d.meta.timestamp_ns // 1000)
             self.lifecycle.ended(event.run)
-        elif ctx.run is not None and event.causation is None and await self.view.late(event.run, d.meta.timestamp_ns // 1000):
-            ctx = dataclasses.replace(ctx, ended=True)  # an outside input after the end: a late one
-        if ctx.run is not None and ctx.run.replay_of is not None and not self.actor.plays_replays:
+        late = (ctx.run is not None and event.causation is None and not isinstance(event, RunStarted | RunEnded)
+                and await self.view.late(event.run, d.meta.timestamp_ns // 1000))
+        decision = admit(self.actor, event, ctx.run, joins=joins, late=late)
+        if decision.action == REFUSE:
+            d.fail(decision.reason, permanent=True)
             return
+        if not decision.handled:
+            return
+        if decision.ended:
+            ctx = dataclasses.replace(ctx, ended=True)  # an outside input after the end: a late one
         if ctx.run is not None and not ctx.ended:
             self.lifecycle.touch(event.run)
         if not ctx.ended:

@@ -1,5 +1,5 @@
-"""An actor run in memory, on a clock the caller moves: the runtime's scheduling and clock rules
-(``scheduled``, ``clock``) without NATS, for tests and benchmarks of one actor."""
+"""An actor run in memory, on a clock the caller moves: the runtime's admission, scheduling and
+clock rules (``admission``, ``scheduled``, ``clock``) without NATS, for tests and benchmarks of one actor."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from actors.base import Actor, ClockedActor, Context, ScheduledActor
+from actors.runtime.admission import admit
 from actors.runtime.clock import next_due
 from actors.runtime.scheduled import WorkQueue
 from events.base import Event
@@ -48,6 +49,8 @@ class Harness:
         start = len(self.out)
         actor = self.actor
         for event in events:
+            if not admit(actor, event, self.run).handled:  # the runtime's rules: e.g. a playback's inputs
+                continue
             work = actor.work(event, self.ctx()) if isinstance(actor, ScheduledActor) else None
             if work is not None and self.queue is not None:
                 self.queue.add(id(event), event, work, self.ctx(), self.run.run, self.run.started_at_ms + self.now_ms)

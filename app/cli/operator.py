@@ -10,17 +10,20 @@ from __future__ import annotations
 import argparse
 import secrets
 import time
+from collections.abc import Callable
 
 import nats.errors
 import orjson
 
+from app.cli.base import Command, UsageError, show_nats
 from app.publish import Sent, send
 from events.danmaku import OperatorControl
-from events.errors import BusError, ConfigError
+from events.errors import BusError
 from events.subjects import is_token
 from infra.bus import connect, masked_url
+from infra.settings import Settings
 
-COMMANDS = {
+HELP = {
     "say": "say a line word for word, next on the floor (after the sentence being spoken)",
     "segment": "move the rundown on: to the next segment, or to the one with this title",
     "hold": "stop the show's own speech (an ad break, a technical pause); the chat is still answered unless --all",
@@ -28,38 +31,34 @@ COMMANDS = {
 }
 
 
-class ControlUsageError(ConfigError):
-    """A control's arguments are wrong (printed as one line, exit status 2)."""
-
-
-def add_parsers(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:  # type: ignore[type-arg]
-    """The four commands, each with ``--run`` and ``--wait``."""
-    for name, help_text in COMMANDS.items():
-        cmd = sub.add_parser(name, parents=[common], help=help_text, description=help_text)
-        cmd.add_argument("--run", required=True, help="the run id (printed by troupe up)")
+def _options(name: str) -> Callable[[argparse.ArgumentParser], None]:
+    """A control's options: ``--run``, ``--wait``, ``--json`` and its own."""
+    def options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--run", required=True, help="the run id (printed by troupe up)")
         if name == "say":
-            cmd.add_argument("--role", help="the role that says it (default: the segment's lead)")
-            cmd.add_argument("text", help="the line")
+            parser.add_argument("--role", help="the role that says it (default: the segment's lead)")
+            parser.add_argument("text", help="the line")
         elif name == "segment":
-            cmd.add_argument("target", help="'next', or a segment's title")
+            parser.add_argument("target", help="'next', or a segment's title")
         elif name == "hold":
-            cmd.add_argument("--all", action="store_true", help="let the chat go too (comments and gifts)")
-        cmd.add_argument("--user", default="", help="the operator's name, recorded with the control")
-        cmd.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the director's answer")
-        cmd.add_argument("--json", action="store_true", help="the answer as one JSON object")
+            parser.add_argument("--all", action="store_true", help="let the chat go too (comments and gifts)")
+        parser.add_argument("--user", default="", help="the operator's name, recorded with the control")
+        parser.add_argument("--wait", type=float, default=5.0, help="seconds to wait for the director's answer")
+        parser.add_argument("--json", action="store_true", help="the answer as one JSON object")
+    return options
 
 
 def control_from(args: argparse.Namespace) -> OperatorControl:
     """The control the arguments ask for (checked here for what needs no show; the director checks the rest)."""
     if not is_token(args.run):
-        raise ControlUsageError("--run must be letters, digits, _ or -")
+        raise UsageError("--run must be letters, digits, _ or -")
     if not 0 <= args.wait < 3600:
-        raise ControlUsageError("--wait must be 0 or more seconds (under an hour)")
+        raise UsageError("--wait must be 0 or more seconds (under an hour)")
     now = int(time.time() * 1000)
     fields: dict[str, object] = {}
     if args.command == "say":
         if not args.text.strip():
-            raise ControlUsageError("say: the line is empty")
+            raise UsageError("say: the line is empty")
         fields = {"text": args.text, "target": args.role or ""}
     elif args.command == "segment":
         fields = {"target": args.target.strip()}
@@ -69,9 +68,10 @@ def control_from(args: argparse.Namespace) -> OperatorControl:
                            user=args.user, at_ms=now, **fields)  # type: ignore[arg-type]
 
 
-async def run_control(args: argparse.Namespace, url: str) -> int:
+async def run_control(args: argparse.Namespace, settings: Settings) -> int:
     """Send the control, print the director's answer; exit 1 when it was refused."""
     control = control_from(args)
+    url = show_nats(settings)
     nc = await connect(url, "troupe-operator")
     try:
         [sent] = await send(nc, args.run, [control], args.wait)
@@ -85,3 +85,7 @@ async def run_control(args: argparse.Namespace, url: str) -> int:
 
 def _line(sent: Sent, wait_s: float) -> str:
     return sent.describe(wait_s)
+
+
+COMMANDS = tuple(Command(name, text, _options(name), run_control, parser={"description": text})
+                 for name, text in HELP.items())

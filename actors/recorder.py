@@ -33,7 +33,7 @@ class RecorderActor(BatchActor):
     inputs = tuple(Input(f) for f in FAMILIES)
     accepts_unknown_runs = True
     observed = False  # it watches everything; its own latency is the recorder lag metric
-    producer_types = frozenset({"danmaku.received"})
+    producer_types = frozenset({"danmaku.received", "danmaku.control"})
 
     def __init__(self, writer: EventWriter, metrics: Metrics | None = None) -> None:
         self.writer = writer

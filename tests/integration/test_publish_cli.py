@@ -142,3 +142,27 @@ async def test_a_stale_announcement_is_ignored(tmp_path: Path) -> None:
     async with server:
         assert running_server(path) == server.url
     assert not path.exists()
+
+
+async def test_the_operator_s_commands_steer_a_running_show(live: LiveRun, capsys: pytest.CaptureFixture[str]) -> None:
+    """troupe say / segment / hold / resume, and a control as any NATS client sends it (bare JSON)."""
+    base = ("--nats", live.url)
+    code, out, _ = await troupe(capsys, *base, "say", "--run", live.run, "--role", "rex", "Back in a minute!", "--json")
+    doc = orjson.loads(out)
+    assert code == 0 and doc["outcome"] == "applied" and "rex says it next" in doc["detail"], out
+    code, out, _ = await troupe(capsys, *base, "hold", "--run", live.run)
+    assert code == 0 and "the show's own speech is held" in out, out
+    code, out, _ = await troupe(capsys, *base, "segment", "--run", live.run, "Nope")
+    assert code == 1 and "rejected (bad_control): segment: no segment 'Nope'" in out, out
+    code, out, _ = await troupe(capsys, *base, "segment", "--run", live.run, "next")
+    assert code == 0 and "segment 'Game night picks' starts now" in out, out
+    # Another client, another language's: only the type and the action, the id from Nats-Msg-Id.
+    ack = await live.stage.js.publish(f"troupe.{live.run}.danmaku.control", b'{"type": "danmaku.control", '
+                                      b'"payload": {"action": "resume"}}', headers={"Nats-Msg-Id": "raw-resume-1"})
+    assert ack.stream == "TROUPE_DANMAKU"
+    code, out, _ = await troupe(capsys, *base, "resume", "--run", live.run, "--user", "ops")
+    assert code == 0 and "the show speaks by itself again" in out, out
+    assert await count(live.stage.js, "cue", live.run, "cue.control.>") + await count(
+        live.stage.js, "cue", live.run, "cue.control") == 5
+    code, _, err = await troupe(capsys, *base, "hold", "--run", "nosuchrun")
+    assert code == 1 and "no run nosuchrun" in err

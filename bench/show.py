@@ -185,7 +185,8 @@ def main() -> None:
                   + ", ".join(f"{k} {v}" for k, v in r["operator"].items()))
         if r["verify"]["first"]:
             print(r["verify"]["first"])
-    write_result("show", {"machine": m, "seed": args.seed, "cases": results})
+    name = "show" if args.cases else f"show-{args.llm}"  # a model's case alone: a file of its own
+    write_result(name, {"machine": m, "seed": args.seed, "cases": results})
     if args.json:
         print(json.dumps({"cases": results}, ensure_ascii=False))
 

@@ -107,6 +107,7 @@ class ShowFloor:
         if self.opened:
             return []
         self.opened = True
+        now_ms = max(0, now_ms)  # taken in just before the start: the rundown starts with the show
         self.since_ms = max(self.since_ms, now_ms)
         self.rundown.started_ms = self.rundown.planned_ms = now_ms
         return [self._segment_event(SegmentChange(0, now_ms, now_ms, "start"))]

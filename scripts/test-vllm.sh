@@ -31,6 +31,6 @@ export TROUPE_REQUIRE_VLLM=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 # At exit, a library under vLLM reports the objects its bindings still held ("nanobind: leaked
 # N instances ...", about 30 lines after the summary): noise for a process that is ending.
 status=0
-"$ENV/bin/python" -m pytest -q -W default tests/vllm "$@" 2> >(grep -v -e '^nanobind: leaked' -e '^ - leaked' >&2) || status=$?
+"$ENV/bin/python" -m pytest -q -W default tests/vllm "$@" 2> >(grep -v -e '^nanobind: ' -e '^ - leaked' -e '^ - \.\.\. skipped remainder' -e 'nanobind\.readthedocs' >&2) || status=$?
 echo "test-vllm: the vLLM environment is kept in $ENV ($(du -sh "$ENV" 2>/dev/null | cut -f1)); remove it to free the space"
 exit $status

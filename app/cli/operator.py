@@ -16,7 +16,7 @@ import nats.errors
 import orjson
 
 from app.cli.base import Command, UsageError, show_nats
-from app.publish import Sent, send
+from app.publish import send
 from events.danmaku import OperatorControl
 from events.errors import BusError
 from events.subjects import is_token
@@ -79,12 +79,8 @@ async def run_control(args: argparse.Namespace, settings: Settings) -> int:
         raise BusError(f"NATS at {masked_url(url)} failed: {exc or type(exc).__name__}") from None
     finally:
         await nc.close()
-    print(orjson.dumps({**sent.to_dict(), "run": args.run}).decode() if args.json else _line(sent, args.wait))
+    print(orjson.dumps({**sent.to_dict(), "run": args.run}).decode() if args.json else sent.describe(args.wait))
     return 1 if sent.to_dict()["outcome"] == "rejected" else 0
-
-
-def _line(sent: Sent, wait_s: float) -> str:
-    return sent.describe(wait_s)
 
 
 COMMANDS = tuple(Command(name, text, _options(name), run_control, parser={"description": text})

@@ -109,9 +109,11 @@ class Rundown:
         """When the current segment's planned length is over."""
         return self.planned_ms + self.segment.length_ms
 
-    def _pending_line(self) -> int | None:
-        lines = self.segment.lines
-        return next((i for i in range(len(lines)) if (self.index, i) not in self.said), None)
+    def _pending_line(self, segment: int | None = None) -> int | None:
+        """The first verbatim line of a segment (the current one) not said yet."""
+        index = self.index if segment is None else segment
+        lines = self.segments[index].lines
+        return next((i for i in range(len(lines)) if (index, i) not in self.said), None)
 
     def due_change_ms(self) -> int | None:
         """When the rundown next moves on by itself (None: it waits for a line to be said)."""
@@ -196,10 +198,9 @@ class Rundown:
             self.opening = False
             self.turns[role, turn.kind] = self.turns.get((role, turn.kind), 0) + 1
             self.streak = (role, self.streak[1] + 1 if self.streak[0] == role else 1)
-            if turn.kind == LINE:
-                lines = self.segments[turn.segment].lines
-                i = next(i for i in range(len(lines)) if (turn.segment, i) not in self.said)
-                self.said.add((turn.segment, i))
+            line = self._pending_line(turn.segment) if turn.kind == LINE else None
+            if line is not None:
+                self.said.add((turn.segment, line))
         self.follow_ups = self.follow_ups + 1 if turn is not None and turn.kind == FOLLOW_UP else 0
         self.last = _Last(role, utterance, at_ms)
 

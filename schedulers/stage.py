@@ -136,11 +136,13 @@ class StagePlan:
         self.floor_free_ms = max(now_ms, self.floor_free_ms) + speech_ms
         self.own_until_ms = self.floor_free_ms
 
-    def fits(self, now_ms: int, speech_ms: int) -> bool:
-        """Would speech this long, asked for now, end before the show does?"""
+    def fits(self, now_ms: int, speech_ms: int, urgent: bool = False) -> bool:
+        """Would speech this long, asked for now, end before the show does? (Urgent speech
+        queues behind urgent speech only.)"""
         if not self.end_ms:
             return True
-        return max(now_ms + self.policy.lead_ms, self.floor_free_ms) + speech_ms <= self.end_ms
+        start = max(now_ms + self.policy.lead_ms, self.urgent_free_ms if urgent else self.floor_free_ms)
+        return start + speech_ms <= self.end_ms
 
     def attach(self, key: str, duplicate: str) -> bool:
         """Answer ``duplicate`` with the waiting comment ``key`` (False when it is not waiting)."""
@@ -194,10 +196,7 @@ class StagePlan:
 
     def _fits(self, now_ms: int, sentences: int, urgent: bool = False) -> bool:
         """Would a reply of this length, asked for now, end before the show does?"""
-        if not self.end_ms:
-            return True
-        start = max(now_ms + self.policy.lead_ms, self.urgent_free_ms if urgent else self.floor_free_ms)
-        return start + self.policy.estimate_ms(sentences) <= self.end_ms
+        return self.fits(now_ms, self.policy.estimate_ms(sentences), urgent)
 
     def _answer(self, cand: Candidate, now_ms: int, sentences: int, urgent: bool) -> Decision:
         speech = self.policy.estimate_ms(sentences)

@@ -26,16 +26,19 @@ _OWN_LINE = {
 }
 
 
+def _system(persona: Persona, prompt: Prompt, task: str) -> str:
+    """The system prompt: who the role is, what it is to do, and the stage so far."""
+    system = f"You are {persona.name}, a host on a live stream. {persona.persona} {task}"
+    if prompt.context:
+        system += " Said on stage just before:\n" + "\n".join(prompt.context)
+    return system
+
+
 def own_line_messages(persona: Persona, prompt: Prompt) -> list[dict[str, str]]:
     """The chat for a line of the show's own: the persona, the segment and its brief, the stage
     so far, and what to say (a point, a follow-up on another role's line, an invitation)."""
-    system = (
-        f"You are {persona.name}, a host on a live stream. {persona.persona} "
-        f"You are in the segment \"{prompt.segment}\": {prompt.brief}. "
-        "Speak in character, without lists, emojis or your own name as a label."
-    )
-    if prompt.context:
-        system += " Said on stage just before:\n" + "\n".join(prompt.context)
+    system = _system(persona, prompt, f"You are in the segment \"{prompt.segment}\": {prompt.brief}. "
+                     "Speak in character, without lists, emojis or your own name as a label.")
     ask = _OWN_LINE.get(prompt.kind, _OWN_LINE["brief"])
     ask = ask.format(addressee=prompt.addressee or "your co-host", follows=prompt.follows or prompt.brief)
     if persona.language == "zh":
@@ -48,13 +51,8 @@ def chat_messages(persona: Persona, prompt: Prompt) -> list[dict[str, str]]:
     for a line of the show's own, ``own_line_messages``)."""
     if prompt.kind:
         return own_line_messages(persona, prompt)
-    system = (
-        f"You are {persona.name}, a host on a live stream. {persona.persona} "
-        f"Answer the viewer in at most {max(1, prompt.max_sentences)} short sentences, "
-        "friendly and in character, without lists or emojis."
-    )
-    if prompt.context:
-        system += " Said on stage just before:\n" + "\n".join(prompt.context)
+    system = _system(persona, prompt, f"Answer the viewer in at most {max(1, prompt.max_sentences)} short "
+                     "sentences, friendly and in character, without lists or emojis.")
     asker = prompt.user or "a viewer"
     many = f" ({prompt.merged} viewers said this)" if prompt.merged > 1 else ""
     return [{"role": "system", "content": system}, {"role": "user", "content": f"{asker}{many}: {prompt.text}"}]

@@ -171,6 +171,11 @@ class ScheduledActor(Actor):
         """Events saying that ``event`` was dropped because its deadline passed."""
         return ()
 
+    def noticed(self, event: Event) -> None:
+        """An input has arrived (called on the event loop as soon as it is decoded, even while a
+        handler runs on the worker thread): an actor that must yield to urgent work notes it
+        here.  Nothing by default; it must be quick and touch only thread-safe state."""
+
 
 @dataclass(frozen=True, slots=True)
 class Arrival:

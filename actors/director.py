@@ -18,11 +18,18 @@ from dataclasses import dataclass, field
 from actors.base import ClockedActor, Context
 from actors.floor import ShowFloor, held_back
 from events.base import Event, derive_id
-from events.cue import ControlApplied, CueIssued, CueMerged, SegmentStarted
-from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped, OperatorControl
+from events.cue import ControlApplied, CueIssued, CueMerged, SegmentStarted, StagePaced
+from events.danmaku import (
+    DanmakuReceived,
+    DanmakuRejected,
+    DanmakuSkipped,
+    OperatorControl,
+    RolePaceMeasured,
+)
 from events.run import RunEnded, RunStarted
 from events.show import Show, blocked, show_from_dict
 from infra.settings import Settings, for_run
+from schedulers.pace import Pace, paced
 from schedulers.stage import ADDRESSED, COMMENT, GIFT, MODERATOR, Decision, StagePlan, StagePolicy
 
 KINDS = ("comment", "gift", "moderator")
@@ -114,6 +121,9 @@ class _RunState:
     plan: StagePlan
     floor: ShowFloor
     busy_until: dict[str, int] = field(default_factory=dict)
+    base: StagePolicy = field(default_factory=StagePolicy)       # the plan's knobs before any pace
+    paces: dict[str, Pace] = field(default_factory=dict)          # role -> its measured pace
+    caps: dict[str, int] = field(default_factory=dict)            # role -> its longest reply, by its pace
     recent: deque[_Recent] = field(default_factory=lambda: deque(maxlen=64))
     waiting: dict[str, _Waiting] = field(default_factory=dict)  # danmaku id -> it and its duplicates
 
@@ -122,8 +132,8 @@ class Director(ClockedActor):
     """Turns danmaku into cues: which role answers what."""
 
     name = "director"
-    consumes = (DanmakuReceived, OperatorControl, RunStarted, RunEnded)
-    emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, SegmentStarted, ControlApplied)
+    consumes = (DanmakuReceived, OperatorControl, RolePaceMeasured, RunStarted, RunEnded)
+    emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, SegmentStarted, ControlApplied, StagePaced)
     accepts_unknown_runs = True
 
     def __init__(self, settings: Settings) -> None:
@@ -138,7 +148,7 @@ class Director(ClockedActor):
             policy = StagePolicy(backlog_ms=settings.stage_backlog_ms)
             show = show_from_dict(ctx.run.show)
             plan = StagePlan(policy, ctx.run.duration_ms)
-            state = _RunState(ctx.run, show, settings, plan, ShowFloor(ctx.run, show, settings, plan))
+            state = _RunState(ctx.run, show, settings, plan, ShowFloor(ctx.run, show, settings, plan), base=policy)
             self._runs[ctx.run.run] = state
         return state
 
@@ -202,7 +212,27 @@ class Director(ClockedActor):
                 out += self._outcomes(state, state.plan.drain(ctx.now_ms, "on_hold"))
         elif isinstance(event, DanmakuReceived):
             out += self._take(event, ctx)
+        elif isinstance(event, RolePaceMeasured):
+            out += self._paced(state, event, ctx.now_ms)
         return out
+
+    def _paced(self, state: _RunState, event: RolePaceMeasured, now: int) -> list[Event]:
+        """A role's measured pace: the floor is planned from it from now on (said with its reason
+        when the plan changes)."""
+        if event.role is None or state.show.role(event.role) is None:
+            return []
+        state.paces[event.role] = Pace(event.first_sentence_ms, event.sentence_write_ms, event.speech_ms,
+                                       event.opener_ms)
+        planned = paced(state.base, state.paces)
+        if planned.policy == state.plan.policy and planned.max_sentences == state.caps:
+            return []
+        state.plan.policy, state.caps = planned.policy, planned.max_sentences
+        p = planned.policy
+        return [StagePaced(
+            id=event.derive("paced"), run=event.run, causation=event.id, correlation=event.id, t_ms=now,
+            lead_ms=p.lead_ms, sentence_ms=p.sentence_ms, own_line_ms=p.own_line_ms, opener_ms=p.opener_ms,
+            max_sentences=dict(planned.max_sentences), reason=planned.reason, heard_ms=now,
+        )]
 
     def _run_event(self, event: Event, ctx: Context) -> list[Event]:
         """The run starts (the rundown opens), ends (the show stops speaking by itself), or an
@@ -286,14 +316,17 @@ class Director(ClockedActor):
         spec = state.show.role(role)
         assert spec is not None
         settings = state.settings
+        sentences = min(d.sentences, state.caps.get(role, d.sentences))
+        if sentences < d.sentences:  # the role's writer is slow: a shorter reply, the floor frees sooner
+            state.plan.shorten(now, (d.sentences - sentences) * state.plan.policy.sentence_ms, d.urgent)
         cue = CueIssued(
             id=event.derive("cue"), run=event.run, role=role, causation=event.id,
             correlation=event.id, t_ms=now, seq=state.floor.next_seq(), user=event.user,
             text=event.text, danmaku=(event.id, *waiting.attached), routed_by=routed_by,
             priority=_priority(spec.weight, event.kind, settings.interrupt_priority, d.urgent),
-            deadline_ms=now + settings.cue_deadline_ms, max_sentences=d.sentences, heard_ms=d.candidate.arrival_ms,
+            deadline_ms=now + settings.cue_deadline_ms, max_sentences=sentences, heard_ms=d.candidate.arrival_ms,
         )
-        speech = state.plan.policy.estimate_ms(d.sentences)
+        speech = state.plan.policy.estimate_ms(sentences)
         start = max(now, state.busy_until.get(role, 0))
         state.busy_until[role] = start + speech
         state.floor.heard_reply(role, cue.id, now, speech)

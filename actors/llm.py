@@ -13,17 +13,22 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
+import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.backends.protocols import Persona, Prompt, ReplyWriter, Sentence
+from actors.backends.emotion import classifier as emotion_classifier
+from actors.backends.emotion import take_tag
+from actors.backends.protocols import BackendError, Persona, Prompt, ReplyWriter, Sentence
 from actors.backends.registry import BACKENDS, Backends
 from actors.backends.text import verbatim_sentences
 from actors.base import Context, Handled, ScheduledActor, Work
 from events.base import Event
 from events.cue import CueIssued
+from events.danmaku import RolePaceMeasured
 from events.qos import ThrottleChanged
 from events.role import RoleWeightsChanged
 from events.show import RoleSpec, Show, blocked, show_from_dict
@@ -36,6 +41,10 @@ from schedulers.throttle import ThrottlePolicy, releasable
 _UNREAD = Sentence("")  # the next sentence has not been asked for yet
 CONTEXT_LINES = 6  # the last sentences spoken on stage a writer is given
 WRITTEN_KEPT = 32  # replies remembered per run, for the follow-ups that answer them
+OPENERS_KEPT = 3   # a role's openers remembered per run: none of them is said again next
+PACE_SAMPLES = 12  # a role's pace is taken over its last replies (and sentences spoken)
+PACE_CHANGE = 0.15  # a new pace is told when a number moved this much (and at least PACE_CHANGE_MS)
+PACE_CHANGE_MS = 150
 # What is said instead of a written sentence that contains a blocked word.
 DEFLECTIONS = {"en": "Let's talk about something else!", "zh": "我们聊点别的吧！"}
 log = logging.getLogger(__name__)
@@ -53,6 +62,38 @@ class _Held:
     spoken_chunks: set[int] = field(default_factory=set)
 
 
+@dataclass(slots=True)
+class _Pace:
+    """One role's measured pace in one run: its writer's and its voice's."""
+
+    backend: str = ""
+    first: deque[int] = field(default_factory=lambda: deque(maxlen=PACE_SAMPLES))   # ms to the first sentence
+    write: deque[int] = field(default_factory=lambda: deque(maxlen=PACE_SAMPLES))   # ms between two more
+    speech: deque[int] = field(default_factory=lambda: deque(maxlen=PACE_SAMPLES))  # ms a sentence is spoken
+    opener: deque[int] = field(default_factory=lambda: deque(maxlen=PACE_SAMPLES))  # ms an opener is spoken
+    replies: int = 0
+    told: RolePaceMeasured | None = None
+    spoken: dict[tuple[str, int], int] = field(default_factory=dict)  # (utterance, chunk) -> ms placed so far
+    opened: dict[str, None] = field(default_factory=dict)  # utterances that began with an opener (oldest first)
+
+    def measured(self, run: str, role: str) -> RolePaceMeasured:
+        return RolePaceMeasured(
+            id="", run=run, role=role, backend=self.backend, first_sentence_ms=_quartile(self.first),
+            sentence_write_ms=_median(self.write), speech_ms=_quartile(self.speech),
+            opener_ms=_quartile(self.opener), replies=self.replies,
+        )
+
+    def moved(self, now: RolePaceMeasured) -> bool:
+        """Whether ``now`` differs from what was last told enough to tell again."""
+        if self.told is None:
+            return True
+        for name in ("first_sentence_ms", "sentence_write_ms", "speech_ms", "opener_ms"):
+            old, new = getattr(self.told, name), getattr(now, name)
+            if abs(new - old) >= PACE_CHANGE_MS and abs(new - old) >= PACE_CHANGE * max(old, 1):
+                return True
+        return False
+
+
 @dataclass(frozen=True, slots=True)
 class _Cue:
     """A cue that gets a reply: its role, what the writer is asked, and the sentences room."""
@@ -63,6 +104,7 @@ class _Cue:
     prompt: Prompt
     limit: int
     writer: ReplyWriter
+    opener: Sentence | None = None  # said first, while the writer writes
 
 
 class LLMActor(ScheduledActor):
@@ -70,7 +112,7 @@ class LLMActor(ScheduledActor):
 
     name = "llm"
     consumes = (CueIssued, RoleWeightsChanged, ThrottleChanged, VisemeTrack, UtteranceDropped)
-    emits = (UtteranceChunk, UtteranceCompleted, UtteranceDropped)
+    emits = (UtteranceChunk, UtteranceCompleted, UtteranceDropped, RolePaceMeasured)
 
     blocking = True  # the writer runs off the event loop; the actor's state lives on its worker thread
 
@@ -88,6 +130,12 @@ class LLMActor(ScheduledActor):
         self._held: dict[str, dict[str, _Held]] = {}  # run -> utterance -> text not yet released
         # run -> utterance -> what this actor wrote for it (a follow-up answers one of them)
         self._written: dict[str, dict[str, str]] = {}
+        self._openers: dict[str, dict[str, deque[str]]] = {}  # run -> role -> its last openers
+        self._pace: dict[str, dict[str, _Pace]] = {}  # run -> role -> its measured pace
+        # Urgent cues (a gift, a moderator line) noticed and not yet taken up: the reply being
+        # written stops for them (set on the event loop, read on the worker thread).
+        self._urgent: set[str] = set()
+        self._urgent_lock = threading.Lock()
 
     def work(self, event: Event, ctx: Context) -> Work | None:
         if not isinstance(event, CueIssued):
@@ -96,8 +144,25 @@ class LLMActor(ScheduledActor):
         return Work(event.role or "", tokens=tokens_of(event.text), weight=event.priority * factor,
                     deadline_ms=event.deadline_ms)
 
+    def noticed(self, event: Event) -> None:
+        if isinstance(event, CueIssued) and event.priority >= self.settings.interrupt_priority:
+            with self._urgent_lock:
+                self._urgent.add(event.id)
+
+    def _taken_up(self, event: CueIssued) -> None:
+        with self._urgent_lock:
+            self._urgent.discard(event.id)
+
+    def _preempted(self, event: CueIssued) -> str | None:
+        """The urgent cue the reply being written gives way to (None: it goes on)."""
+        if event.priority >= self.settings.interrupt_priority:
+            return None
+        with self._urgent_lock:
+            return min(self._urgent, default=None)
+
     def expired(self, event: Event, ctx: Context) -> Sequence[Event]:
         assert isinstance(event, CueIssued)
+        self._taken_up(event)
         return [UtteranceDropped(
             id=event.derive("dropped"), run=event.run, role=event.role, causation=event.id,
             correlation=event.correlation, t_ms=ctx.now_ms, utterance=event.id,
@@ -106,10 +171,11 @@ class LLMActor(ScheduledActor):
 
     def holds(self, run: str) -> bool:
         return any(run in per_run for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken,
-                                                     self._written))
+                                                     self._written, self._openers, self._pace))
 
     def release(self, run: str) -> None:
-        for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken, self._written):
+        for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken, self._written,
+                        self._openers, self._pace):
             per_run.pop(run, None)
 
     def close(self) -> None:
@@ -164,6 +230,13 @@ class LLMActor(ScheduledActor):
         """What the writer writes, or the cue's own text when it is said word for word."""
         return verbatim_sentences(cue.event.text) if cue.event.verbatim else cue.writer.stream(cue.persona, cue.prompt)
 
+    @staticmethod
+    def _opened(cue: _Cue, sentences: Iterable[str]) -> Iterator[str]:
+        """The reply with its opener first: out at once, before the writer's first sentence."""
+        if cue.opener is not None:
+            yield cue.opener
+        yield from sentences
+
     def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Handled]:
         """One role's cues: the writer gets their prompts in one call (per persona), and each
         cue's reply streams out as the writer writes it."""
@@ -188,6 +261,7 @@ class LLMActor(ScheduledActor):
 
     def _cue(self, event: CueIssued, ctx: Context) -> _Cue | list[Event]:
         """What to ask the writer for a cue, or the drop that answers it instead."""
+        self._taken_up(event)
         common = _common(event)
         if event.deadline_ms and ctx.now_ms > event.deadline_ms:
             return [UtteranceDropped(
@@ -208,8 +282,32 @@ class LLMActor(ScheduledActor):
             limit = 64  # said word for word, whole
         context = tuple(f"{_name(show, who)}: {text}" for _, who, text in self._spoken.get(event.run, ()))
         prompt = Prompt(cue_id=event.id, user=event.user, text=event.text, seed=ctx.run.seed, context=context,
-                        max_sentences=limit, **self._own_line(event, show))
-        return _Cue(event, role, persona, prompt, limit, self.writer_for(role))  # limit: the stage's room
+                        max_sentences=limit, cast=tuple(r.name for r in show.roles), **self._own_line(event, show))
+        writer = self.writer_for(role)
+        scripted = self._built("scripted", None)
+        if not event.verbatim and not event.self_driven and scripted.is_injection(event.text):  # type: ignore[attr-defined]
+            writer = scripted  # a comment steering the writer is never shown to a model: it is deflected
+        opener = self._opener(event, role, persona, prompt, writer)
+        if opener is not None:
+            prompt = dataclasses.replace(prompt, opener=str(opener))
+        return _Cue(event, role, persona, prompt, limit, writer, opener)  # limit: the stage's room
+
+    def _opener(self, event: CueIssued, role: RoleSpec, persona: Persona, prompt: Prompt,
+                writer: ReplyWriter) -> Sentence | None:
+        """What the role says at once while a model writes its reply to a viewer: a short line that
+        fits the comment (the role's own openers, else the scripted writer's), none repeated
+        back to back.  None for a writer that is instant or known to be down, a line said word
+        for word, a line of the show's own, or with ``TROUPE_OPENERS=off``."""
+        if self.settings.openers == "off" or event.verbatim or event.self_driven or getattr(writer, "instant", False):
+            return None
+        available = getattr(writer, "available", None)
+        if available is not None and not available():
+            return None  # a server known to be down: the cue is dropped without a line begun
+        scripted = self._built("scripted", None)
+        recent = self._openers.setdefault(event.run, {}).setdefault(role.id, deque(maxlen=OPENERS_KEPT))
+        opener = scripted.opener(persona, prompt, avoid=tuple(recent), choices=role.llm_openers)  # type: ignore[attr-defined]
+        recent.append(str(opener))
+        return opener  # type: ignore[no-any-return]
 
     def _own_line(self, event: CueIssued, show: Show) -> dict[str, Any]:
         """What a writer is told of a line of the show's own: its kind, the segment and its
@@ -231,48 +329,24 @@ class LLMActor(ScheduledActor):
         event, run = cue.event, cue.event.run
         held = _Held()
         self._held.setdefault(run, {})[event.id] = held
-        texts: list[str] = []
-        blocked = 0
+        texts: list[tuple[str, bool]] = []
         stream = iter(sentences)
+        if cue.opener is not None:
+            stream = self._opened(cue, stream)
+        marks: list[float] = [time.perf_counter()]  # when writing began, then each sentence
         try:
-            text = next(stream, None) if cue.limit > 0 else None
-            while text is not None:
-                seq = len(texts)
-                said = getattr(text, "last", None)  # a Sentence says whether it ends the reply
-                if not event.verbatim and self._blocked(text, cue):
-                    text, blocked = DEFLECTIONS.get(cue.role.language, DEFLECTIONS["en"]), blocked + 1
-                texts.append(text)
-                if seq + 1 >= cue.limit:
-                    following, last = None, True  # the stage has room for no more
-                elif said is None:
-                    # A plain sentence: the next one (or the end) says whether it is the last.
-                    following = next(stream, None)
-                    last = following is None
-                else:
-                    following, last = _UNREAD, said
-                if self._held.get(run, {}).get(event.id) is not held:
-                    return  # the reply was cut short (or its run released) while it was written
-                held.pieces.append(UtteranceChunk(
-                    id=event.derive(f"chunk{seq}"), t_ms=ctx.now_ms, utterance=event.id, seq=seq, text=text,
-                    language=cue.role.language, last=last, priority=event.priority,
-                    deadline_ms=event.deadline_ms, **_common(event),
-                ))
-                held.tokens[seq] = tokens_of(text)
-                if not last:
-                    # Out now (through the throttle) while the writer writes the next sentence.
-                    yield from self._release(run, held, ctx.now_ms)
-                if following is _UNREAD:
-                    following = None if last else next(stream, None)
-                    if following is None and not last:
-                        yield from self._ended_early(run, held, event, seq, ctx)
-                text = following
+            yield from self._written_out(cue, held, texts, stream, ctx, marks)
+        except BackendError as exc:  # the model failed (a server down): the cue is answered with the reason
+            log.warning("%s: %s", event.id, exc)
+            yield from self._writer_failed(run, held, event, exc, ctx)
+            return
         finally:
             close = getattr(stream, "close", None)
             if close is not None:
                 close()  # the stage has no room for more: let the writer stop
         if self._held.get(run, {}).get(event.id) is not held:
             return
-        said = ("" if cue.role.language == "zh" else " ").join(texts)
+        said = ("" if cue.role.language == "zh" else " ").join(t for t, _ in texts)
         written = self._written.setdefault(run, {})
         written[event.id] = said
         while len(written) > WRITTEN_KEPT:  # the oldest go: a follow-up answers a recent line
@@ -280,9 +354,121 @@ class LLMActor(ScheduledActor):
         held.completed = UtteranceCompleted(
             id=event.derive("completed"), t_ms=ctx.now_ms, utterance=event.id,
             text=said, chunks=len(texts),
-            backend=getattr(cue.writer, "label", cue.writer.name), blocked=blocked, **_common(event),
+            backend=getattr(cue.writer, "label", cue.writer.name), blocked=sum(b for _, b in texts),
+            **_common(event),
         )
+        if not event.verbatim:
+            yield from self._wrote(cue, marks, ctx)
         yield from self._release(run, held, ctx.now_ms)
+
+    def _wrote(self, cue: _Cue, marks: list[float], ctx: Context) -> list[Event]:
+        """A reply written: the writer's pace (to its first sentence, between two more)."""
+        event = cue.event
+        pace = self._pace.setdefault(event.run, {}).setdefault(cue.role.id, _Pace())
+        pace.backend = cue.writer.name
+        first = 2 if cue.opener is not None else 1  # the opener is out at once: the model's own first
+        if len(marks) > first:
+            pace.first.append(int((marks[first] - marks[0]) * 1000))
+            pace.write.extend(int((b - a) * 1000) for a, b in zip(marks[first:], marks[first + 1:], strict=False))
+            pace.replies += 1
+        if cue.opener is not None:
+            pace.opened[event.id] = None
+        return self._tell_pace(event, cue.role.id, ctx)
+
+    def _tell_pace(self, cause: Event, role: str, ctx: Context) -> list[Event]:
+        """The role's pace, when it moved enough since it was last told (for the director's floor)."""
+        pace = self._pace.get(cause.run, {}).get(role)
+        if pace is None or not pace.first:
+            return []
+        now = pace.measured(cause.run, role)
+        if not pace.moved(now):
+            return []
+        told = dataclasses.replace(now, id=cause.derive(f"pace{pace.replies}-{len(pace.speech)}"), t_ms=ctx.now_ms,
+                                   causation=cause.id, correlation=cause.correlation)
+        pace.told = told
+        return [told]
+
+    def _written_out(self, cue: _Cue, held: _Held, texts: list[tuple[str, bool]], stream: Iterator[str],
+                     ctx: Context, marks: list[float]) -> Iterator[Event]:
+        """The writer's sentences as chunks, each released as the throttle allows (``texts``
+        collects each sentence, and whether a blocked word replaced it; ``marks`` when each came)."""
+        event, run = cue.event, cue.event.run
+
+        def read() -> str | None:
+            text = next(stream, None)
+            if text is not None:
+                marks.append(time.perf_counter())
+            return text
+
+        limit = cue.limit + (cue.opener is not None)  # the opener is part of the reply, not of its room
+        text = read() if cue.limit > 0 else None
+        while text is not None:
+            seq = len(texts)
+            said = getattr(text, "last", None)  # a Sentence says whether it ends the reply
+            text, emotion = self._emotion(text, event.verbatim)
+            blocked = not event.verbatim and self._blocked(text, cue)
+            if blocked:
+                text = DEFLECTIONS.get(cue.role.language, DEFLECTIONS["en"])
+            texts.append((text, blocked))
+            if seq + 1 >= limit:
+                following, last = None, True  # the stage has room for no more
+            elif said is None:
+                # A plain sentence: the next one (or the end) says whether it is the last; an
+                # urgent cue waiting makes it the last (the writer stops, the urgent cue gets it).
+                following = None if self._preempted(event) is not None else read()
+                last = following is None
+            else:
+                following, last = _UNREAD, said
+            if self._held.get(run, {}).get(event.id) is not held:
+                return  # the reply was cut short (or its run released) while it was written
+            held.pieces.append(UtteranceChunk(
+                id=event.derive(f"chunk{seq}"), t_ms=ctx.now_ms, utterance=event.id, seq=seq, text=text,
+                language=cue.role.language, last=last, priority=event.priority,
+                deadline_ms=event.deadline_ms, emotion=emotion, **_common(event),
+            ))
+            held.tokens[seq] = tokens_of(text)
+            if not last:
+                # Out now (through the throttle) while the writer writes the next sentence.
+                yield from self._release(run, held, ctx.now_ms)
+            if following is _UNREAD:
+                urgent = None if last else self._preempted(event)
+                if urgent is not None:  # the writer stops here: the urgent cue gets it next
+                    self._held[run].pop(event.id, None)
+                    yield UtteranceDropped(
+                        id=event.derive("preempted"), t_ms=ctx.now_ms, utterance=event.id,
+                        from_seq=held.pieces[0].seq if held.pieces else seq + 1,
+                        reason=f"interrupted after sentence {seq}: the urgent cue {urgent} takes the writer",
+                        **_common(event))
+                    return
+                following = None if last else read()
+                if following is None and not last:
+                    yield from self._ended_early(run, held, event, seq, ctx)
+            text = following
+
+    @staticmethod
+    def _emotion(text: str, verbatim: bool) -> tuple[str, str]:
+        """A sentence without its emotion tag, and how it is said: the tag's label, else its
+        writer's, else the classifier's (neutral where none is installed)."""
+        if not verbatim:
+            stripped, tagged = take_tag(text)
+            if tagged is not None and stripped:
+                return Sentence(stripped, last=getattr(text, "last", None)), tagged
+        hinted = getattr(text, "emotion", None)
+        if hinted is not None:
+            return text, hinted
+        labeler = emotion_classifier()
+        return text, labeler.label(text) if labeler is not None else "neutral"
+
+    def _writer_failed(self, run: str, held: _Held, event: CueIssued, exc: Exception, ctx: Context) -> list[Event]:
+        """The writer failed: what was released stays (it is being spoken), the rest is dropped."""
+        if self._held.get(run, {}).get(event.id) is not held:
+            return []
+        self._held[run].pop(event.id, None)
+        first = held.pieces[0].seq if held.pieces else len(held.tokens)
+        return [UtteranceDropped(
+            id=event.derive("failed"), t_ms=ctx.now_ms, utterance=event.id, from_seq=first,
+            reason=f"writer failed: {exc}", **_common(event),
+        )]
 
     def _blocked(self, text: str, cue: _Cue) -> bool:
         """Whether a written sentence contains a blocked word (the same list as for danmaku)."""
@@ -325,16 +511,43 @@ class LLMActor(ScheduledActor):
             held_runs.pop(event.utterance, None)
             return ()
         assert isinstance(event, VisemeTrack)
+        told = self._spoke(event, ctx)
         if event.chunk_done and event.text:  # a sentence spoken on stage: context for the next replies
             spoken = self._spoken.setdefault(event.run, deque(maxlen=CONTEXT_LINES))
             if not any(u == event.utterance and t == event.text for u, _, t in spoken):
                 spoken.append((event.utterance, event.role or "", event.text))
         held = held_runs.get(event.utterance)
         if held is None or not event.chunk_done or event.chunk in held.spoken_chunks:
-            return ()
+            return tuple(told)
         held.spoken_chunks.add(event.chunk)
         held.spoken += held.tokens.get(event.chunk, 0)
-        return self._release(event.run, held, ctx.now_ms)
+        return told + self._release(event.run, held, ctx.now_ms)
+
+    def _spoke(self, track: VisemeTrack, ctx: Context) -> list[Event]:
+        """Speech placed on stage: a sentence's length (an opener's apart), for the role's pace."""
+        pace = self._pace.get(track.run, {}).get(track.role or "")
+        if pace is None:
+            return []
+        key = (track.utterance, track.chunk)
+        pace.spoken[key] = pace.spoken.get(key, 0) + max(0, track.end_ms - track.start_ms)
+        if not track.chunk_done:
+            return []
+        spoken = pace.spoken.pop(key)
+        (pace.opener if track.chunk == 0 and track.utterance in pace.opened else pace.speech).append(spoken)
+        while len(pace.opened) > WRITTEN_KEPT:
+            del pace.opened[next(iter(pace.opened))]
+        return self._tell_pace(track, track.role or "", ctx)
+
+
+def _quartile(values: Iterable[int]) -> int:
+    """The upper quartile (0 of nothing): a pace errs slow, never fast."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) * 3) // 4] if ordered else 0
+
+
+def _median(values: Iterable[int]) -> int:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0
 
 
 def _name(show: Show, role: str) -> str:

@@ -15,7 +15,8 @@ from sqlalchemy import Engine
 from app.airtime import airtime
 from app.summary import live_outputs, quantiles
 from events.base import Event
-from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
+from events.cue import StagePaced
+from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped, RolePaceMeasured
 from events.error import DeadLettered
 from events.errors import StoreError
 from events.frame import FrameRendered
@@ -143,6 +144,15 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
         "outputs": live_outputs(engine, run),
         "errors": errors,
         "airtime": airtime(engine, run),
+        # The roles' measured pace (the last told per role) and the floor planned from it.
+        "pace": {
+            "measured": {e.role: {k: getattr(e, k) for k in ("backend", "first_sentence_ms", "sentence_write_ms",
+                                                             "speech_ms", "opener_ms", "replies")}
+                         for e in (r.event for r in rows) if isinstance(e, RolePaceMeasured) and e.role},
+            "planned": [{"t_ms": e.t_ms, "lead_ms": e.lead_ms, "sentence_ms": e.sentence_ms,
+                         "opener_ms": e.opener_ms, "max_sentences": e.max_sentences, "reason": e.reason}
+                        for e in (r.event for r in rows) if isinstance(e, StagePaced)],
+        },
     }
 
 
@@ -224,6 +234,14 @@ def format_report(doc: dict[str, Any]) -> str:
     lines += [f"  {_ms(x['t_ms'])} {x['reason']}: {x['text']}" for x in skip["examples"]]
     lines += ["", "replies dropped: " + (", ".join(f"{k} {v}" for k, v in doc["dropped"].items()) or "0")]
     lines += format_airtime(doc.get("airtime") or {})
+    pace = doc.get("pace") or {}
+    if pace.get("measured"):
+        lines += ["", "pace (measured on each role's writer and voice):"]
+        lines += [f"  {role}: {m['backend']}, first sentence {m['first_sentence_ms']} ms, "
+                  f"{m['sentence_write_ms']} ms between sentences, a sentence spoken {m['speech_ms']} ms"
+                  + (f", an opener {m['opener_ms']} ms" if m["opener_ms"] else "") + f" ({m['replies']} replies)"
+                  for role, m in pace["measured"].items()]
+        lines += [f"  {_ms(x['t_ms'])} floor planned: {x['reason']}" for x in pace["planned"]]
     for out in doc["outputs"]:
         sent = "-" if out["packets_sent"] is None else out["packets_sent"]
         lines += ["", f"live output {out['output']} {out['target']}: connected {out['connected']}x, "

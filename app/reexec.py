@@ -36,7 +36,7 @@ from app.registry import REEXECUTED, Wiring, entry
 from events import codec
 from events.audio import AudioChunk
 from events.base import Event
-from events.danmaku import DanmakuReceived, OperatorControl
+from events.danmaku import DanmakuReceived, OperatorControl, RolePaceMeasured
 from events.errors import ConfigError
 from events.frame import FrameRendered
 from events.run import RunStarted
@@ -157,11 +157,11 @@ def _lipsync_inputs(rows: list[Row], rec: _Recording) -> list[Row]:
 
 
 def _director_inputs(rows: list[Row]) -> list[Row]:
-    """The director's one ordered log: the run's start, then the danmaku stream (comments and the
-    operator's controls) in its order.  The run's end is not fed: the recording ends there, and
+    """The director's one ordered log: the run's start, then the danmaku stream (comments, the
+    operator's controls and the roles' measured pace) in its order.  The run's end is not fed: the recording ends there, and
     the clock is run up to the last recorded decision instead."""
     started = [r for r in rows if isinstance(r.event, RunStarted)]
-    return started[:1] + _handled_in_order(rows, (DanmakuReceived, OperatorControl))
+    return started[:1] + _handled_in_order(rows, (DanmakuReceived, OperatorControl, RolePaceMeasured))
 
 
 def _heard_at(event: Event) -> int:

@@ -73,3 +73,21 @@ class ControlApplied(Event):
     action: str
     detail: str
     user: str = ""
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StagePaced(Event):
+    """The director plans the floor from the roles' measured pace (``danmaku.pace``): how early a
+    reply is asked for before the floor frees, the speech it expects of a sentence, of a line of
+    the show's own and of an opener, and the longest reply per role (a slow writer gets shorter
+    replies).  ``heard_ms``: when it took the measurement in."""
+
+    type = "cue.paced"
+    lead_ms: int
+    sentence_ms: int
+    own_line_ms: int
+    opener_ms: int
+    max_sentences: dict[str, int]
+    reason: str
+    heard_ms: int = 0

@@ -67,3 +67,24 @@ class OperatorControl(Event):
     target: str = ""
     all: bool = False
     user: str = ""
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RolePaceMeasured(Event):
+    """How fast a role's replies come, as its llm worker measured them on its writer and voice:
+    the writer's time to its first sentence and between two more (wall-clock ms, the model's own
+    pace), and the speech of a sentence and of an opener (show ms, as lipsync placed them); each
+    the upper quartile (the median for ``sentence_write_ms``) of the role's last replies.
+
+    Published by the llm worker on ``troupe.<run>.danmaku.pace.<role>``: in the danmaku stream,
+    so that the director plans the floor from it in one order with the chat, which
+    re-execution reproduces."""
+
+    type = "danmaku.pace"
+    backend: str
+    first_sentence_ms: int
+    sentence_write_ms: int = 0
+    speech_ms: int = 0           # 0: no sentence spoken yet
+    opener_ms: int = 0           # 0: no opener (an instant writer, or openers off)
+    replies: int = 0             # how many replies the numbers come from

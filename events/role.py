@@ -29,6 +29,7 @@ class RoleDeclared(Event):
     llm_backend: str | None = None
     llm_model: str | None = None
     llm_adapter: str | None = None
+    llm_openers: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, run: str, spec: RoleSpec) -> RoleDeclared:

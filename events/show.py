@@ -52,6 +52,9 @@ class RoleSpec:
     llm_backend: str | None = None       # the role's own LLM backend; None: the settings'
     llm_model: str | None = None         # the model (a path) the role's LLM backend loads
     llm_adapter: str | None = None       # a LoRA adapter (a folder) on that model, for backends that take one
+    # Short lines the role opens a model reply with while the model writes ("{user}" is the
+    # viewer's name); empty: the scripted writer's, chosen by what the comment is.
+    llm_openers: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,7 +137,8 @@ class Show:
                     "voice": {"variant": r.voice_variant, "pitch": r.voice_pitch, "rate": r.voice_rate,
                               "backend": r.voice_backend},
                     "look": {"color": r.color, "shape": r.shape},
-                    "llm": {"backend": r.llm_backend, "model": r.llm_model, "adapter": r.llm_adapter},
+                    "llm": {"backend": r.llm_backend, "model": r.llm_model, "adapter": r.llm_adapter,
+                            "openers": list(r.llm_openers)},
                 }
                 for r in self.roles
             ],
@@ -190,6 +194,12 @@ def _role(doc: Mapping[str, Any], i: int) -> RoleSpec:
         raise ShowError(f"{where}.llm.backend: {llm_backend!r} must be a backend name (letters, digits, _ or -)")
     llm_model = _get(llm, "model", (str, type(None)), f"{where}.llm", None)
     llm_adapter = _get(llm, "adapter", (str, type(None)), f"{where}.llm", None)
+    openers = _get(llm, "openers", list, f"{where}.llm", [])
+    for k, opener in enumerate(openers):
+        if not isinstance(opener, str) or not opener.strip() or len(opener) > 60:
+            raise ShowError(f"{where}.llm.openers[{k}]: an opener is a short line of text (1 to 60 characters)")
+        if opener.replace("{user}", "").count("{") or opener.replace("{user}", "").count("}"):
+            raise ShowError(f"{where}.llm.openers[{k}]: {opener!r} may use only the placeholder {{user}}")
     weight = float(_get(doc, "weight", (int, float), where, 1.0))
     if not 0 < weight <= 100:
         raise ShowError(f"{where}.weight: {weight:g} is not above 0 (and at most 100)")
@@ -201,6 +211,7 @@ def _role(doc: Mapping[str, Any], i: int) -> RoleSpec:
         voice_pitch=pitch, voice_rate=rate, voice_backend=backend,
         color=_get(look, "color", str, f"{where}.look", "#888888"), shape=shape,
         llm_backend=llm_backend, llm_model=llm_model, llm_adapter=llm_adapter,
+        llm_openers=tuple(o.strip() for o in openers),
     )
 
 

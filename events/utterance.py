@@ -20,6 +20,9 @@ class UtteranceChunk(Event):
     last: bool = False
     priority: float = 1.0   # the cue's
     deadline_ms: int = 0    # the cue's: show time after which the chunk is not spoken; 0: none
+    # How the sentence is said: neutral, happy, sad, angry, surprised or thinking (the writer's
+    # tag or label, else the nearest over sentence embeddings; neutral without a classifier).
+    emotion: str = "neutral"
 
 
 @registry.register

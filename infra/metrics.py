@@ -29,7 +29,7 @@ from events.viseme import VisemeTrack
 
 SKIP_REASONS = ("stale", "superseded", "user_waiting", "show_ending", "run_ending", "on_hold")  # actors.director.SKIP_DETAIL
 CUE_REASONS = ("chat", "line", "brief", "follow_up", "invitation", "say")  # events.cue.CueIssued.reason
-DROP_REASONS = ("deadline", "interrupted", "unknown_role", "other")  # a reply dropped on purpose
+DROP_REASONS = ("deadline", "interrupted", "unknown_role", "writer_failed", "superseded", "other")  # a reply dropped on purpose
 OUTPUTS = ("rtmp", "hls")
 _LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12)
 # Libraries whose own metrics (in prometheus_client's default registry) a process serves too.
@@ -180,7 +180,9 @@ def _bounded(label: str) -> str:
 
 def drop_reason(text: str) -> str:
     """The kind of a dropped reply's reason (its text carries numbers and ids: never a label)."""
-    for kind in ("deadline", "interrupted"):
+    for kind in ("deadline", "interrupted", "superseded"):
         if text.startswith(kind):
             return kind
+    if text.startswith("writer failed"):
+        return "writer_failed"
     return "unknown_role" if text.startswith("role ") else "other"

@@ -50,6 +50,7 @@ class Settings:
     banter_turns: int = 4                # turns between roles before one goes to the chat
     llm_backend: str = "scripted"        # a name in actors.backends.registry.LLM
     llm_max_sentences: int = 3
+    openers: str = "on"                  # "off": a model reply starts with the model's first sentence
     tts_backend: str = "espeak"          # a name in actors.backends.registry.TTS (a role may name its own)
     render_device: str = "cpu"           # "cpu", "cuda", "cuda:N", or "auto" (CUDA when there is one)
     jpeg_quality: int = 80
@@ -163,6 +164,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError("TROUPE_MAX_DELIVER must be at least 1")
     if settings.llm_max_sentences < 1:
         raise SettingsError("TROUPE_LLM_MAX_SENTENCES must be at least 1")
+    if settings.openers not in ("on", "off"):
+        raise SettingsError(f"TROUPE_OPENERS must be on or off, not {settings.openers!r}")
     if settings.self_driven not in ("on", "off"):
         raise SettingsError("TROUPE_SELF_DRIVEN must be 'on' or 'off'")
     if not 0 <= settings.idle_gap_ms <= 10000:

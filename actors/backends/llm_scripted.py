@@ -22,6 +22,7 @@ from actors.backends.replies import (
     INJECTION_PHRASES,
     INJECTION_RAW,
     LIBRARY,
+    OPENERS,
     QUESTION_MARKERS,
     QUESTION_STARTS,
     TOPIC_THEMES,
@@ -277,10 +278,19 @@ def _fitting(lang: str, words: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(w for w in (_clean(x, MAX_TOPIC_CHARS * 2) for x in words) if w and _fits(lang, w)))
 
 
+# How a theme's templates (or a kind of the show's own line) are said.
+THEME_EMOTIONS: Final = MappingProxyType({
+    "greeting": "happy", "compliment": "happy", "gift": "happy", "merged": "surprised", "question": "thinking",
+    "games": "happy", "music": "happy", "food": "happy", "tech": "thinking", "generic": "neutral",
+    "deflect": "neutral", "brief": "neutral", "follow_up": "thinking", "invitation": "happy",
+})
+
+
 class ScriptedLLM(ReplyWriter):
     """Writes deterministic in-persona replies from a reply library; no model needed."""
 
     name = "scripted"
+    instant = True  # the whole reply at once: no opener is said before it
 
     def __init__(self, seed: int = 0) -> None:
         """Remember the seed of prompts that carry none; with role and cue id it fixes every reply."""
@@ -289,9 +299,41 @@ class ScriptedLLM(ReplyWriter):
     def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
         """Yield the reply one sentence at a time (1-3 trimmed, non-empty chunks), each saying
         whether it is the last (the reply is known whole)."""
-        sentences = self._sentences(persona, prompt)
+        theme, sentences = self._written(persona, prompt)
+        emotion = THEME_EMOTIONS.get(prompt.kind or theme)
         for i, text in enumerate(sentences):
-            yield Sentence(text, last=i == len(sentences) - 1)
+            yield Sentence(text, last=i == len(sentences) - 1, emotion=emotion)
+
+    @staticmethod
+    def is_injection(text: str) -> bool:
+        """Whether a comment tries to steer the writer (new instructions, a new role, the prompt)."""
+        return _is_injection(_doc(_UNSAFE.sub("", text)))
+
+    def opener(self, persona: Persona, prompt: Prompt, avoid: Sequence[str] = (),
+               choices: Sequence[str] = ()) -> Sentence:
+        """A short line that fits the comment, said at once while a model writes the rest: one of
+        ``choices`` (a role's own), else by the comment's theme; varied per cue, never one of
+        ``avoid`` where another fits."""
+        lang = _language(persona.language)
+        theme = self._theme(persona, prompt)
+        table = OPENERS[lang]
+        choices = choices or table.get(theme) or table["generic"]
+        rng = random.Random(f"{self._seed if prompt.seed is None else prompt.seed}:{persona.role}:{prompt.cue_id}:open")
+        user = _clean(prompt.user, MAX_NAME_CHARS)
+        if not user or _is_injection(_doc(user)):
+            user = LIBRARY[lang].default_user
+        said = [c.replace("{user}", user) for c in choices]
+        fresh = [c for c in said if c not in avoid] or said
+        return Sentence(rng.choice(fresh), last=False, emotion=THEME_EMOTIONS.get(theme))
+
+    def _theme(self, persona: Persona, prompt: Prompt) -> str:
+        doc = _doc(_UNSAFE.sub("", prompt.text))
+        if _is_injection(doc):
+            return "deflect"
+        theme, _ = _pick_theme(_doc(_UNSAFE.sub("", prompt.text)[:_SCAN_CHARS]), persona.keywords, prompt.merged)
+        if theme in TOPIC_THEMES:
+            return "question" if _is_question(doc) else "generic"
+        return theme
 
     def _own_line(self, persona: Persona, prompt: Prompt) -> str:
         """A line of the show's own: varied by the role's turn (see ``own_lines``)."""
@@ -319,8 +361,12 @@ class ScriptedLLM(ReplyWriter):
         return pack.joiner.join(self._sentences(persona, prompt))
 
     def _sentences(self, persona: Persona, prompt: Prompt) -> tuple[str, ...]:
+        return self._written(persona, prompt)[1]
+
+    def _written(self, persona: Persona, prompt: Prompt) -> tuple[str, tuple[str, ...]]:
+        """The reply's theme (or the own line's kind) and its sentences."""
         if prompt.kind:
-            return (self._own_line(persona, prompt),)
+            return prompt.kind, (self._own_line(persona, prompt),)
         lang = _language(persona.language)
         pack = LIBRARY[lang]
         # String seeds are hashed with SHA-512 by random.Random, so this is stable across
@@ -358,4 +404,4 @@ class ScriptedLLM(ReplyWriter):
             parts.append(rng.choice(pack.tails))
         # One-pass substitution: inserted values are never re-scanned as templates.
         rendered = (_PLACEHOLDER.sub(lambda m: values[m.group(1)], p).strip() for p in parts)
-        return tuple(rendered)[:MAX_SENTENCES]
+        return theme, tuple(rendered)[:MAX_SENTENCES]

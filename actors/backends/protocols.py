@@ -9,18 +9,33 @@ subclass its protocol to inherit the default batch method, and raises a ``Backen
 
 from __future__ import annotations
 
+import os
 from collections.abc import Hashable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from events.errors import BackendError
 from events.show import RESOLUTIONS
 
 __all__ = [
-    "RESOLUTIONS", "BackendError", "Persona", "Phoneme", "Prompt", "ReplyWriter", "RoleLook", "RoleState", "Sentence",
+    "RESOLUTIONS", "BackendError", "Persona", "env_setting", "Phoneme", "Prompt", "ReplyWriter", "RoleLook", "RoleState", "Sentence",
     "Speaker", "Speech",
     "StageDrawer", "Voice",
 ]
+
+def env_setting(variable: str) -> str:
+    """A backend's own ``TROUPE_*`` variable: its value, else the contents of the file that
+    ``<variable>_FILE`` names (a container secret), without the trailing newline; else ""."""
+    raw = os.environ.get(variable, "")
+    path = os.environ.get(f"{variable}_FILE", "")
+    if raw == "" and path:
+        try:
+            raw = Path(path).read_text(encoding="utf-8").rstrip("\r\n")
+        except OSError as exc:
+            raise BackendError(f"{variable}_FILE: cannot read {path}: {exc.strerror}") from None
+    return raw
+
 
 # -- replies (llm) -------------------------------------------------------------
 
@@ -66,6 +81,10 @@ class Prompt:
     follows: str = ""
     addressee: str = ""
     turn: int = 0
+    # The names of the roles on stage: a writer stops a reply that begins a transcript with one.
+    cast: tuple[str, ...] = ()
+    # What the role has already said of this reply (an opener, spoken while the model writes).
+    opener: str = ""
 
 
 class Sentence(str):
@@ -75,14 +94,17 @@ class Sentence(str):
     after a sentence's end, or its end of text) yields ``Sentence(text, last=...)``: the
     sentence goes to TTS at once.  A plain ``str`` leaves it open, and the actor reads the
     next sentence (or the end) before it can say, so the first sentence waits for the second.
-    A writer that said ``last=False`` must yield another sentence.
+    A writer that said ``last=False`` should yield another sentence; one that then ends (a guard
+    cut a model's loop) leaves the actor to close the reply (``utterance.dropped`` of the rest).
     """
 
     last: bool | None
+    emotion: str | None  # how it is said, where the writer knows (one of actors.backends.emotion.LABELS)
 
-    def __new__(cls, text: str, last: bool | None = None) -> Sentence:
+    def __new__(cls, text: str, last: bool | None = None, emotion: str | None = None) -> Sentence:
         sentence = super().__new__(cls, text)
         sentence.last = last
+        sentence.emotion = emotion
         return sentence
 
 

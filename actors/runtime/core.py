@@ -263,9 +263,15 @@ class ActorRuntime:
 
     async def _process(self, msgs: list[Msg], spec: ConsumerSpec) -> None:
         deliveries = [Delivery(m) for m in msgs]
-        async with self._lock:
+        # Decoded before the lock (decoding touches no actor state), so that a scheduled actor
+        # notices urgent work while a handler of its holds the lock on its worker thread.
+        errors = [self._decode(d, spec) for d in deliveries]
+        if isinstance(self.actor, ScheduledActor):
             for d in deliveries:
-                error = self._decode(d, spec)
+                if d.event is not None:
+                    self.actor.noticed(d.event)
+        async with self._lock:
+            for d, error in zip(deliveries, errors, strict=True):
                 if error is not None:
                     await self._undecodable(d, spec, error)
             batch = [d for d in deliveries if d.error is None and d.event is not None]

@@ -72,4 +72,4 @@ def test_model_writers_are_asked_for_the_show_s_own_line_with_what_it_builds_on(
     system, user = chat_messages(_persona("rex"), _prompt("follow_up", 0, addressee="Mika", follows="I love co-op games."))
     assert "Game night picks" in system["content"] and "co-op" in user["content"] and "Mika" in user["content"]
     system, user = chat_messages(_persona("xiaolu"), _prompt("invitation", 0))
-    assert "Mandarin" in user["content"] and "Invite the viewers" in user["content"]
+    assert "请用中文回答" in user["content"] and "Mandarin" in system["content"] and "Invite the viewers" in user["content"]

@@ -23,6 +23,7 @@ class EchoWriter(ReplyWriter):
     """Answers every comment by repeating it."""
 
     name = "echo"
+    instant = True  # the whole reply at once: no opener is said before it
 
     def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
         yield f"{prompt.user} said:"
@@ -67,7 +68,7 @@ def test_a_speaker_chosen_by_name_speaks_chunks() -> None:
 
 
 def test_an_unknown_backend_is_one_line_naming_the_available_ones() -> None:
-    with pytest.raises(UnknownBackendError, match=r"TROUPE_LLM_BACKEND 'nope' \(available: scripted, transformers, vllm\)$"):
+    with pytest.raises(UnknownBackendError, match=r"TROUPE_LLM_BACKEND 'nope' \(available: scripted, transformers, vllm, llama_cpp, openai\)$"):
         LLMActor(load_settings(environ={"TROUPE_LLM_BACKEND": "nope"}))
     with pytest.raises(UnknownBackendError, match="available: espeak, onnx, beep"):
         BACKENDS_WITH_ECHO.check(load_settings(environ={"TROUPE_TTS_BACKEND": "nope"}))

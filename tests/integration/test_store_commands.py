@@ -82,8 +82,14 @@ async def test_inspect_reports_roles_latencies_and_one_causal_chain(demo, capsys
     for hop in ("cue.issued", "utterance.chunk", "audio.chunk", "viseme.track", "frame.rendered"):
         assert hop in types
     assert types.index("cue.issued") < types.index("utterance.chunk") < types.index("audio.chunk")
+    # Each role's pace as its llm worker measured it, and the floor planned from it (with why).
+    measured = doc["pace"]["measured"]
+    assert set(measured) <= set(doc["roles"]) and measured, doc["pace"]
+    assert all(m["backend"] == "scripted" and m["replies"] >= 1 for m in measured.values())
+    assert counts.get("cue.paced", 0) == len(doc["pace"]["planned"])
     code, out, _ = await troupe(capsys, *env_args(settings), "inspect", result.run)
     assert code == 0 and "latency p50/p99" in out and "rejected danmaku" in out
+    assert "pace (measured on each role's writer and voice):" in out
 
 
 def _events(engine: Any, run: str, type_: str) -> list[Event]:
@@ -168,7 +174,7 @@ async def test_playback_of_a_slice_at_speed(demo, capsys) -> None:  # type: igno
     assert code == 0, err
     doc = orjson.loads(out)
     counts = event_counts(engine, into)
-    assert set(counts) <= {"run.started", "cue.issued", "cue.merged", "cue.segment", "viseme.track"}
+    assert set(counts) <= {"run.started", "cue.issued", "cue.merged", "cue.segment", "cue.paced", "viseme.track"}
     assert counts["run.started"] == 1
     with engine.connect() as conn:
         ts = conn.execute(select(events.c.t_ms).where(events.c.run == into, events.c.type != "run.started")).scalars().all()

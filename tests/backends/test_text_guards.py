@@ -1,0 +1,73 @@
+"""The guards between a model's streamed text and the stage: speaker tags, echoes, loops."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from actors.backends.protocols import Persona, Prompt
+from actors.backends.text import (
+    chat_messages,
+    model_stops,
+    reply_sentences,
+    similarity,
+    speaker_tags,
+    until_tag,
+)
+
+MIKA = Persona("host", "Mika", "cheerful host", "en")
+XIAOLU = Persona("xiaolu", "小鹿", "温柔的美食主播", "zh")
+TAGS = ("Mika", "Rex", "alice", "User")
+
+
+def pieces(text: str, size: int = 3) -> Iterator[str]:
+    """Text as a model streams it: a few characters at a time."""
+    return (text[i:i + size] for i in range(0, len(text), size))
+
+
+def test_a_tag_opening_the_reply_is_dropped_and_one_inside_it_ends_the_reply() -> None:
+    assert "".join(until_tag(pieces("Mika: hello there! Rex: and me"), TAGS)) == "hello there! "
+    assert "".join(until_tag(pieces("alice, what game? Mika: alice, what game?"), TAGS)) == "alice, what game? "
+    assert "".join(until_tag(pieces("Sure thing.\nUser: more"), TAGS)) == "Sure thing.\n"
+    assert "".join(until_tag(pieces("Remix: a song"), TAGS)) == "Remix: a song"  # a word ending in a name
+    assert "".join(until_tag(pieces("Hi Mika fans! 3:30 works."), TAGS)) == "Hi Mika fans! 3:30 works."
+    assert "".join(until_tag(pieces("小鹿：你好！"), ("小鹿",))) == "你好！"  # the full-width colon too
+
+
+def test_the_source_is_closed_when_a_tag_ends_the_reply() -> None:
+    closed: list[bool] = []
+
+    def source() -> Iterator[str]:
+        try:
+            yield from ["Fine. ", "Rex: ", "no", " more", " of", " this"]
+        finally:
+            closed.append(True)
+
+    assert "".join(until_tag(source(), TAGS)) == "Fine. "
+    assert closed == [True]
+
+
+def test_an_echo_of_the_comment_is_not_said_and_a_loop_ends_the_reply() -> None:
+    comment = "hi Mika! what game should we play tonight?"
+    out = list(reply_sentences(pieces("Hi Mika, what game should we play tonight? Let's play chess! Fun."),
+                               TAGS, comment))
+    assert out == ["Let's play chess!", "Fun."]
+    looped = list(reply_sentences(pieces("The robot, the robot. The robot, the robot! Something else."), TAGS))
+    assert looped == ["The robot, the robot."]  # the repeat and all after it are gone
+    assert similarity("Hello, World!", "hello world") == 1.0 and similarity("", "x") == 0.0
+
+
+def test_the_prompt_names_every_tag_to_avoid_and_asks_a_chinese_role_for_mandarin() -> None:
+    prompt = Prompt("c1", "alice", "hi", context=("Rex: hello.",), cast=("Mika", "小鹿", "Rex"))
+    tags = speaker_tags(MIKA, prompt)
+    assert {"Mika", "Rex", "小鹿", "alice", "User"} <= set(tags)
+    assert "\nRex:" in model_stops(MIKA, prompt) and "<|im_end|>" in model_stops(MIKA, prompt)
+    system = chat_messages(XIAOLU, prompt)[0]["content"]
+    assert "Mandarin" in system and "never write a name followed by a colon" in system
+
+
+def test_the_first_sentence_goes_at_its_first_long_enough_clause() -> None:
+    out = list(reply_sentences(pieces("Well, chess is a classic game for tonight, and Mario Kart after. Fun!")))
+    assert out == ["Well, chess is a classic game for tonight,", "and Mario Kart after.", "Fun!"]
+    assert [s.last for s in out] == [False, False, True]
+    assert list(reply_sentences(pieces("Hi, you! Nice."))) == ["Hi, you!", "Nice."]  # too short a clause
+    assert list(reply_sentences(pieces("今天我们一起去吃火锅吧，然后再去看电影。"))) == ["今天我们一起去吃火锅吧，", "然后再去看电影。"]

@@ -28,6 +28,7 @@ from events.danmaku import (
 )
 from events.run import RunEnded, RunStarted
 from events.show import Show, blocked, show_from_dict
+from events.utterance import UtteranceDropped
 from infra.settings import Settings, for_run
 from schedulers.pace import Pace, paced
 from schedulers.stage import ADDRESSED, COMMENT, GIFT, MODERATOR, Decision, StagePlan, StagePolicy
@@ -50,6 +51,10 @@ _WORD = re.compile(r"[a-z0-9']+")
 def _mentions(keyword: str, folded: str, words: set[str]) -> bool:
     """Latin keywords match whole words ("eat" not in "weather"); CJK ones match anywhere."""
     return keyword in words if keyword.isascii() else keyword in folded
+
+
+# A reply whose speech is estimated to start this soon is left to be said: it may already be on air.
+SUPERSEDE_MARGIN_MS = 500
 
 
 def _priority(weight: float, kind: str, interrupt: float, urgent: bool) -> float:
@@ -104,6 +109,11 @@ class _Recent:
     t_ms: int
     until_ms: int  # the reply's estimated end: a repeat before it is answered by the same reply
     kind: str = "comment"
+    user: str = ""
+    start_ms: int = 0   # the reply's estimated start: before it, a newer comment of its viewer supersedes it
+    role: str = ""
+    cls: int = COMMENT
+    dropped: bool = False
 
 
 @dataclass(slots=True)
@@ -133,7 +143,8 @@ class Director(ClockedActor):
 
     name = "director"
     consumes = (DanmakuReceived, OperatorControl, RolePaceMeasured, RunStarted, RunEnded)
-    emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, SegmentStarted, ControlApplied, StagePaced)
+    emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, SegmentStarted, ControlApplied, StagePaced,
+             UtteranceDropped)
     accepts_unknown_runs = True
 
     def __init__(self, settings: Settings) -> None:
@@ -286,8 +297,28 @@ class Director(ClockedActor):
                     id=event.derive("merged"), run=event.run, role=None, causation=event.id,
                     correlation=event.id, t_ms=now, cue=merged, user=event.user, text=event.text, heard_ms=now,
                 )]
+        superseded = self._supersede(state, event, now)
         state.waiting[event.id] = _Waiting(event, key)
-        return self._outcomes(state, state.plan.add(event.id, self._class(state, event), event.user, now))
+        return superseded + self._outcomes(state, state.plan.add(event.id, self._class(state, event), event.user, now))
+
+    def _supersede(self, state: _RunState, event: DanmakuReceived, now: int) -> list[Event]:
+        """A viewer writes again before the reply asked for (early, while the floor was busy) to their
+        last comment is estimated to start: that reply is dropped, and the newer comment waits
+        (unless the older one mattered more: addressed, and the newer is not)."""
+        if event.kind != "comment" or not event.user:
+            return []
+        cls = self._class(state, event)
+        for recent in reversed(state.recent):
+            if (recent.user == event.user and recent.kind == "comment" and not recent.dropped
+                    and cls <= recent.cls and recent.start_ms - SUPERSEDE_MARGIN_MS > now):
+                recent.dropped = True
+                state.plan.shorten(now, recent.until_ms - recent.start_ms)
+                return [UtteranceDropped(
+                    id=event.derive("superseded"), run=event.run, role=recent.role, causation=event.id,
+                    correlation=event.id, t_ms=now, utterance=recent.cue,
+                    reason=f"superseded: {event.user[:MAX_USER_CHARS]} wrote again before the reply was spoken",
+                )]
+        return []
 
     def _class(self, state: _RunState, event: DanmakuReceived) -> int:
         if event.kind == "moderator":
@@ -330,7 +361,8 @@ class Director(ClockedActor):
         start = max(now, state.busy_until.get(role, 0))
         state.busy_until[role] = start + speech
         state.floor.heard_reply(role, cue.id, now, speech)
-        state.recent.append(_Recent(waiting.key, cue.id, now, state.plan.floor_free_ms, event.kind))
+        state.recent.append(_Recent(waiting.key, cue.id, now, state.plan.floor_free_ms, event.kind, event.user,
+                                    state.plan.floor_free_ms - speech, role, d.candidate.cls))
         merged = [CueMerged(
             id=e.derive("merged"), run=e.run, role=None, causation=e.id, correlation=e.id, t_ms=now,
             cue=cue.id, user=e.user, text=e.text, heard_ms=d.candidate.arrival_ms,

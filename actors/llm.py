@@ -135,6 +135,7 @@ class LLMActor(ScheduledActor):
         # Urgent cues (a gift, a moderator line) noticed and not yet taken up: the reply being
         # written stops for them (set on the event loop, read on the worker thread).
         self._urgent: set[str] = set()
+        self._cancelled: set[str] = set()  # cues dropped whole before or while they are written
         self._urgent_lock = threading.Lock()
 
     def work(self, event: Event, ctx: Context) -> Work | None:
@@ -148,6 +149,15 @@ class LLMActor(ScheduledActor):
         if isinstance(event, CueIssued) and event.priority >= self.settings.interrupt_priority:
             with self._urgent_lock:
                 self._urgent.add(event.id)
+        elif isinstance(event, UtteranceDropped) and event.from_seq == 0:  # the whole reply: not to be written
+            with self._urgent_lock:
+                self._cancelled.add(event.utterance)
+                if len(self._cancelled) > 4096:  # bounded: the oldest matter no more
+                    self._cancelled.pop()
+
+    def _cancelled_cue(self, event: CueIssued) -> bool:
+        with self._urgent_lock:
+            return event.id in self._cancelled
 
     def _taken_up(self, event: CueIssued) -> None:
         with self._urgent_lock:
@@ -263,6 +273,8 @@ class LLMActor(ScheduledActor):
         """What to ask the writer for a cue, or the drop that answers it instead."""
         self._taken_up(event)
         common = _common(event)
+        if self._cancelled_cue(event):
+            return []  # dropped whole before it was written (superseded): its drop is its answer
         if event.deadline_ms and ctx.now_ms > event.deadline_ms:
             return [UtteranceDropped(
                 id=event.derive("dropped"), t_ms=ctx.now_ms, utterance=event.id,
@@ -431,6 +443,9 @@ class LLMActor(ScheduledActor):
                 # Out now (through the throttle) while the writer writes the next sentence.
                 yield from self._release(run, held, ctx.now_ms)
             if following is _UNREAD:
+                if self._cancelled_cue(event):
+                    self._held[run].pop(event.id, None)
+                    return  # superseded while it was written: its drop is already out
                 urgent = None if last else self._preempted(event)
                 if urgent is not None:  # the writer stops here: the urgent cue gets it next
                     self._held[run].pop(event.id, None)

@@ -9,7 +9,8 @@ moderator lines (1%), a few hostile texts, and bursts of the same comment from
 many viewers within a second.  From the event store it reports per rate: the
 share of valid comments answered on stage, danmaku -> first viseme frame p50/p99
 of the answered ones (all, addressed, gift, moderator), the stage's speaking
-share, the largest backlog of placed speech, skipped / dropped counts, speech
+share, the floor's gaps (silence between two stretches of speech while a comment waited),
+the largest backlog of placed speech, skipped / dropped counts, speech
 placed after the show's end, and whether every danmaku had exactly one outcome.
 """
 
@@ -33,6 +34,7 @@ from app.supervisor import Stage, run_show
 from bench.common import machine, pct, print_table, write_result
 from events.show import show_from_dict
 from infra.settings import load_settings
+from store.queries import run_info
 from store.schema import events
 
 EN = (
@@ -134,6 +136,22 @@ def _covered(spans: list[tuple[int, int]], lo: int, hi: int) -> int:
     return total
 
 
+def floor_gaps(spans: list[tuple[int, int]], waited: list[tuple[int, int]]) -> list[int]:
+    """The silences between one stretch of speech and the next while a comment waited: one
+    received before the silence began and first seen spoken after it ended (0 when speech runs on)."""
+    merged: list[list[int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], end)
+        else:
+            merged.append([start, end])
+    gaps = []
+    for (_, a), (b, _) in zip(merged, merged[1:], strict=False):
+        if any(received <= a and spoken >= b for received, spoken in waited):
+            gaps.append(b - a)
+    return gaps
+
+
 def measure(engine: Any, run: str, lines: list[Line], duration_s: float) -> dict[str, Any]:
     """The figures of one rate, from the store."""
     ids = {f"{run}-script-{i}": line for i, line in enumerate(lines)}
@@ -154,6 +172,7 @@ def measure(engine: Any, run: str, lines: list[Line], duration_s: float) -> dict
     cue_root = {cue: d for d, (t, cue) in outcome.items() if t == "cue.issued"}
     frames = first_speaking_frames(engine, run)
     latency: dict[str, list[float]] = {}
+    waited: list[tuple[int, int]] = []  # (received, first frame speaking) of each answered comment
     counts: dict[str, list[int]] = {}  # class -> [valid, answered on stage]
     for d, line in ids.items():
         if d not in received:
@@ -169,9 +188,12 @@ def measure(engine: Any, run: str, lines: list[Line], duration_s: float) -> dict
             c[1] += 1
             # A repeat that joined a reply already on screen was answered as it arrived: 0, not less.
             ms = float(max(0, frames[root] - received[d]))
+            waited.append((received[d], frames[root]))
             latency.setdefault(cls, []).append(ms)
             latency.setdefault("all", []).append(ms)
     spans, backlog, after = _speech(engine, run)
+    show_start = run_info(engine, run).started_at_ms or 0  # received and frames are wall clock, spans show time
+    gaps = floor_gaps(spans, [(r - show_start, f - show_start) for r, f in waited])
     first = min((round(line.at_s * 1000) for line in lines), default=0)
     end = int(duration_s * 1000)
     speaking = _covered(spans, first, end) / max(1, end - first)
@@ -191,6 +213,7 @@ def measure(engine: Any, run: str, lines: list[Line], duration_s: float) -> dict
         "answered_share": round(answered / valid, 3) if valid else None,
         "latency": {cls: lat(cls) for cls in ("all", "comment", "addressed", "gift", "moderator")},
         "speaking_share": round(speaking, 3), "largest_backlog_ms": backlog, "placed_after_end": after,
+        "floor_gap_ms": {"n": len(gaps), "p50": pct(gaps, 50) if gaps else None, "p90": pct(gaps, 90) if gaps else None},
         "outcomes": out, "skipped": out["skipped"], "dropped": dropped_replies(engine, run),
     }
 
@@ -248,13 +271,15 @@ def main() -> None:
     print_table(
         "danmaku -> first viseme frame of the reply (ms), answered comments",
         ["rate/s", "danmaku", "answered", "p50", "p99", "addressed (share) p99", "gift (share) p99",
-         "moderator (share) p99", "speaking", "max backlog", "skipped", "dropped", "after end", "no/2 outcomes"],
+         "moderator (share) p99", "speaking", "gap p50", "max backlog", "skipped", "dropped", "after end",
+         "no/2 outcomes"],
         [[
             r["rate"], r["danmaku"], f"{r['answered']}/{r['valid']} ({r['answered_share']:.0%})",
             _ms(r["latency"]["all"]["p50_ms"]), _ms(r["latency"]["all"]["p99_ms"]),
             *(f"{r['latency'][c]['answered']}/{r['latency'][c]['valid']} {_ms(r['latency'][c]['p99_ms'])}"
               for c in ("addressed", "gift", "moderator")),
-            f"{r['speaking_share']:.0%}", r["largest_backlog_ms"], r["skipped"], r["dropped"],
+            f"{r['speaking_share']:.0%}", _ms(r["floor_gap_ms"]["p50"]), r["largest_backlog_ms"], r["skipped"],
+            r["dropped"],
             r["placed_after_end"], f"{r['outcomes']['none']}/{r['outcomes']['twice']}",
         ] for r in results],
     )

@@ -3,7 +3,9 @@
 
 ``python -m bench.models [--json] [--repeats N] [--llm a,b] [--tts a,b] [--vllm-model DIR]``
 
-LLM backends (scripted, transformers/SmolLM2, vllm) get N prompts from N roles, each role's
+LLM backends (scripted, transformers/SmolLM2, llama_cpp/Qwen2.5-Coder-0.5B, openai against
+``python -m llama_cpp.server`` on the same GGUF, started here unless TROUPE_OPENAI_BASE_URL
+names a server, vllm) get N prompts from N roles, each role's
 through ``write_batch`` (as the llm actor hands a batch to its writer), all asked before the
 first reply is read; each reply is then read to its end in turn (a served model decodes them
 together meanwhile, a local one writes each as it is read).  ``vllm`` runs in the vllm
@@ -19,10 +21,15 @@ is not counted.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Sequence
+import urllib.request
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +115,36 @@ def bench_llm(name: str, repeats: int, tokenizer: Any, model: str | None = None)
     return rows
 
 
+@contextlib.contextmanager
+def _llama_server() -> Iterator[None]:
+    """``python -m llama_cpp.server`` on the shipped GGUF, on a free loopback port, for the openai
+    backend (TROUPE_OPENAI_BASE_URL / TROUPE_OPENAI_MODEL point at it while it runs)."""
+    from actors.backends.shipped import QWEN_CODER_05B
+    from infra.natsserver import free_port
+
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(QWEN_CODER_05B.path()), "--model_alias", "qwen",
+         "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2", "--n_ctx", "2048"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/models", timeout=1):
+                    break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise SystemExit("the llama.cpp server did not start") from None
+                time.sleep(0.2)
+        os.environ.update(TROUPE_OPENAI_BASE_URL=url, TROUPE_OPENAI_MODEL="qwen")
+        yield
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
 def _engine_ttft() -> tuple[float, float] | None:
     """vLLM's time-to-first-token histogram so far (sum, count); None without vLLM."""
     from prometheus_client import REGISTRY
@@ -152,7 +189,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     tokenizer = _tokens()
     llms = [name for name in args.llm.split(",") if name]
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        if "openai" in llms and not os.environ.get("TROUPE_OPENAI_BASE_URL"):
+            stack.enter_context(_llama_server())  # the openai backend against llama.cpp's own server
         model = args.vllm_model
         if "vllm" in llms and model is None:
             from bench.tiny_llm import make_model

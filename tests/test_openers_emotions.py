@@ -140,3 +140,11 @@ def test_a_comment_that_steers_the_writer_never_reaches_the_model() -> None:
     [done] = [e for e in out if isinstance(e, UtteranceCompleted)]
     assert writer.prompts == [] and done.backend == "scripted"  # deflected by the scripted writer
     assert "BANANA42" not in done.text
+
+
+def test_a_reply_dropped_whole_before_it_is_written_is_not_written() -> None:
+    writer = ModelLike()
+    llm = actor(writer)
+    superseded = cue(70)
+    llm.noticed(UtteranceDropped(id="x", run="r1", utterance=superseded.id, reason="superseded: alice wrote again"))
+    assert list(llm.handle(superseded, ctx(100, RUN))) == [] and writer.prompts == []

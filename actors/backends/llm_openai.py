@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from actors.backends.protocols import BackendError, Persona, Prompt, ReplyWriter, env_setting
-from actors.backends.text import chat_messages, reply_sentences, speaker_tags
+from actors.backends.text import chat_messages, model_reply
 
 MAX_NEW_TOKENS = 80
 TEMPERATURE, TOP_P = 0.6, 0.9
@@ -115,9 +115,7 @@ class OpenAIWriter(ReplyWriter):
         self.label = f"openai:{parts.netloc}:{self.model}:t={TEMPERATURE},top_p={TOP_P}"
 
     def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
-        tags = speaker_tags(persona, prompt)
-        return reply_sentences(self.tokens(persona, prompt), tags, "" if prompt.kind else prompt.text,
-                               secret=persona.persona)
+        return model_reply(self.tokens(persona, prompt), persona, prompt)
 
     def available(self) -> bool:
         """False while the circuit is open (the actor says no opener before a reply that will fail)."""

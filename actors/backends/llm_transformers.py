@@ -25,7 +25,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
 from actors.backends.protocols import BackendError, Persona, Prompt, ReplyWriter
-from actors.backends.text import chat_messages, reply_sentences
+from actors.backends.text import chat_messages, model_reply
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MAX_NEW_TOKENS = 72      # a reply's budget
@@ -72,7 +72,7 @@ class TransformersWriter(ReplyWriter):
         self.label = f"transformers:{path.stem}:greedy:max_new_tokens={max_new_tokens}"
 
     def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
-        return reply_sentences(self.tokens(persona, prompt))
+        return model_reply(self.tokens(persona, prompt), persona, prompt)
 
     def tokens(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
         """The reply's text, a token at a time: greedy decoding with the model's cache, on the

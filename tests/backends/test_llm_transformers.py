@@ -59,14 +59,14 @@ def test_the_stage_so_far_is_part_of_the_prompt() -> None:
     messages = chat_messages(HOST, Prompt("c1", "ann", "hi", context=("Rex: I love dragons.",), max_sentences=2))
     assert messages[0]["role"] == "system" and "Rex: I love dragons." in messages[0]["content"]
     assert "at most 2 short sentences" in messages[0]["content"] and "Mika" in messages[0]["content"]
-    assert messages[-1] == {"role": "user", "content": "ann: hi\n(Answer in English.)"}  # the language, told twice
+    assert messages[-1] == {"role": "user", "content": "ann: hi\n(Answer in English)"}  # the language, told twice
 
 
 def test_a_reader_that_stops_early_stops_the_model(writer: TransformersWriter) -> None:
     reply: Iterator[str] = writer.stream(HOST, Prompt("c2", "bob", "tell me a long story about dragons"))
     assert next(reply)
     reply.close()  # the stage has no room for more
-    assert list(writer.stream(HOST, Prompt("c3", "bob", "hello!")))  # the model is free again
+    assert list(writer.stream(HOST, Prompt("c3", "bob", "what is your favourite game?")))  # the model is free again
 
 
 def test_the_llm_actor_speaks_the_model_and_blocks_what_the_blocklist_forbids(writer: TransformersWriter) -> None:

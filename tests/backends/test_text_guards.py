@@ -31,6 +31,7 @@ def test_a_tag_opening_the_reply_is_dropped_and_one_inside_it_ends_the_reply() -
     assert "".join(until_tag(pieces("Remix: a song"), TAGS)) == "Remix: a song"  # a word ending in a name
     assert "".join(until_tag(pieces("Hi Mika fans! 3:30 works."), TAGS)) == "Hi Mika fans! 3:30 works."
     assert "".join(until_tag(pieces("小鹿：你好！"), ("小鹿",))) == "你好！"  # the full-width colon too
+    assert "".join(until_tag(pieces("@小鹿: I love Rex!"), ("小鹿",))) == "I love Rex!"  # and a mention
 
 
 def test_the_source_is_closed_when_a_tag_ends_the_reply() -> None:
@@ -71,3 +72,18 @@ def test_the_first_sentence_goes_at_its_first_long_enough_clause() -> None:
     assert [s.last for s in out] == [False, False, True]
     assert list(reply_sentences(pieces("Hi, you! Nice."))) == ["Hi, you!", "Nice."]  # too short a clause
     assert list(reply_sentences(pieces("今天我们一起去吃火锅吧，然后再去看电影。"))) == ["今天我们一起去吃火锅吧，", "然后再去看电影。"]
+
+
+def test_what_a_model_copies_from_its_prompt_is_not_said() -> None:
+    from actors.backends.text import model_reply
+
+    prompt = Prompt("c1", "bob", "今天晚饭吃什么好呢？", context=("Rex: This segment is brought to you by Pixel Forge.",),
+                    opener="好问题！", cast=("Mika", "小鹿", "Rex"))
+    copied = "好问题！今天晚饭吃什么好呢？（请用中文回答）吃火锅吧。"
+    assert list(model_reply(pieces(copied), XIAOLU, prompt)) == ["吃火锅吧。"]
+    stage = list(model_reply(pieces("This segment is brought to you by Pixel Forge. Anyway, hi!"), MIKA,
+                             Prompt("c2", "ann", "hey", context=prompt.context, opener="Oh, hi ann!")))
+    assert stage == ["Anyway, hi!"]  # the stage's line copied: not said again
+    again = list(model_reply(pieces("Oh, hi Ann! Great to see you here."), MIKA,
+                             Prompt("c3", "ann", "hey", opener="Oh, hi ann!")))
+    assert again == ["Great to see you here."]  # the opener, already spoken, taken off the front

@@ -6,8 +6,9 @@ roles' measured pace into the plan's knobs:
 
 - a reply is asked for as long before the floor frees as the slowest role takes to its first
   sentence (with a margin), so that it is ready when the floor frees; at most ``MAX_LEAD_MS``;
-- a sentence is expected to last what the slowest voice takes (estimates err long, never
-  short, or the real backlog grows reply after reply); a line of the show's own half again;
+- a sentence is expected to last what the roles' middle voice takes, each voice by its upper
+  quartile (estimates err long, or the real backlog grows reply after reply; the slowest
+  voice alone would leave the floor idle for the others); a line of the show's own half again;
 - an opener's speech is part of every reply;
 - a role whose writer writes a sentence more slowly than it is spoken gets replies of one
   sentence (the floor would wait on the model), one nearly as slow or slow to start, two.
@@ -65,7 +66,8 @@ def paced(base: StagePolicy, paces: Mapping[str, Pace]) -> Paced:
     spoken = {role: p.speech_ms for role, p in paces.items() if p.speech_ms}
     sentence = base.sentence_ms
     if spoken:
-        sentence = min(MAX_SENTENCE_MS, max(MIN_SENTENCE_MS, _round(max(spoken.values()))))
+        middle = sorted(spoken.values())[len(spoken) // 2]  # the roles' middle voice (each its upper quartile)
+        sentence = min(MAX_SENTENCE_MS, max(MIN_SENTENCE_MS, _round(middle)))
     opener = _round(max(p.opener_ms for p in paces.values()))
     policy = dataclasses.replace(base, lead_ms=lead, sentence_ms=sentence, opener_ms=opener,
                                  own_line_ms=_round(sentence * OWN_LINE_FACTOR) if spoken else base.own_line_ms)

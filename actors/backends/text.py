@@ -229,8 +229,6 @@ def reply_sentences(pieces: Iterable[str], tags: Sequence[str] = (), comment: st
                     continue  # nothing but the opener again
                 if text != sentence:
                     sentence = Sentence(text, last=last)
-                if comment and similarity(sentence, comment) > ECHO_SIMILARITY:
-                    continue  # the model repeating the question before answering it
             for line in heard:
                 if line and line in sentence and line != sentence.strip():  # copied into the sentence
                     sentence = Sentence(sentence.replace(line, " ").strip(), last=last)
@@ -241,7 +239,7 @@ def reply_sentences(pieces: Iterable[str], tags: Sequence[str] = (), comment: st
             if any(similarity(sentence, line) > ECHO_SIMILARITY for line in heard if line):
                 continue  # a line the stage already said (or the prompt's own words)
             if comment and similarity(sentence, comment) > ECHO_SIMILARITY:
-                continue
+                continue  # the model repeating the question (before answering it, mostly)
             first = False
             yield sentence
     finally:

@@ -22,7 +22,14 @@ from typing import Any
 
 from actors.backends.emotion import classifier as emotion_classifier
 from actors.backends.emotion import take_tag
-from actors.backends.protocols import BackendError, Persona, Prompt, ReplyWriter, Sentence
+from actors.backends.protocols import (
+    BackendError,
+    Persona,
+    Prompt,
+    ReplyWriter,
+    Sentence,
+    WriterInterrupted,
+)
 from actors.backends.registry import BACKENDS, Backends
 from actors.backends.text import verbatim_sentences
 from actors.base import Context, Handled, ScheduledActor, Work
@@ -136,6 +143,7 @@ class LLMActor(ScheduledActor):
         # written stops for them (set on the event loop, read on the worker thread).
         self._urgent: set[str] = set()
         self._cancelled: set[str] = set()  # cues dropped whole before or while they are written
+        self._writing: tuple[str, ReplyWriter] | None = None  # the reply an urgent cue stops mid-sentence
         self._urgent_lock = threading.Lock()
 
     def work(self, event: Event, ctx: Context) -> Work | None:
@@ -149,6 +157,11 @@ class LLMActor(ScheduledActor):
         if isinstance(event, CueIssued) and event.priority >= self.settings.interrupt_priority:
             with self._urgent_lock:
                 self._urgent.add(event.id)
+                writing = self._writing
+            if writing is not None:  # the reply being written stops at its next token, not its sentence's end
+                interrupt = getattr(writing[1], "interrupt", None)
+                if interrupt is not None:
+                    interrupt(writing[0])
         elif isinstance(event, UtteranceDropped) and event.from_seq == 0:  # the whole reply: not to be written
             with self._urgent_lock:
                 self._cancelled.add(event.utterance)
@@ -346,13 +359,25 @@ class LLMActor(ScheduledActor):
         if cue.opener is not None:
             stream = self._opened(cue, stream)
         marks: list[float] = [time.perf_counter()]  # when writing began, then each sentence
+        if event.priority < self.settings.interrupt_priority and not event.verbatim:
+            with self._urgent_lock:
+                self._writing = (event.id, cue.writer)
         try:
             yield from self._written_out(cue, held, texts, stream, ctx, marks)
+        except WriterInterrupted:  # an urgent cue took the writer mid-sentence: the rest gives way
+            with self._urgent_lock:
+                urgent = min(self._urgent, default="")
+            yield from self._writer_failed(run, held, event, ctx,
+                                           f"interrupted while writing sentence {len(texts)}: the urgent cue "
+                                           f"{urgent} takes the writer")
+            return
         except BackendError as exc:  # the model failed (a server down): the cue is answered with the reason
             log.warning("%s: %s", event.id, exc)
-            yield from self._writer_failed(run, held, event, exc, ctx)
+            yield from self._writer_failed(run, held, event, ctx, f"writer failed: {exc}")
             return
         finally:
+            with self._urgent_lock:
+                self._writing = None
             close = getattr(stream, "close", None)
             if close is not None:
                 close()  # the stage has no room for more: let the writer stop
@@ -474,15 +499,16 @@ class LLMActor(ScheduledActor):
         labeler = emotion_classifier()
         return text, labeler.label(text) if labeler is not None else "neutral"
 
-    def _writer_failed(self, run: str, held: _Held, event: CueIssued, exc: Exception, ctx: Context) -> list[Event]:
-        """The writer failed: what was released stays (it is being spoken), the rest is dropped."""
+    def _writer_failed(self, run: str, held: _Held, event: CueIssued, ctx: Context, reason: str) -> list[Event]:
+        """The writer failed or was interrupted: what was released stays (it is being spoken), the
+        rest is dropped with the reason."""
         if self._held.get(run, {}).get(event.id) is not held:
             return []
         self._held[run].pop(event.id, None)
         first = held.pieces[0].seq if held.pieces else len(held.tokens)
         return [UtteranceDropped(
             id=event.derive("failed"), t_ms=ctx.now_ms, utterance=event.id, from_seq=first,
-            reason=f"writer failed: {exc}", **_common(event),
+            reason=reason, **_common(event),
         )]
 
     def _blocked(self, text: str, cue: _Cue) -> bool:

@@ -120,12 +120,26 @@ def repeated_share(text: str, language: str) -> float:
     return sum(n for n in seen.values() if n > 1) / len(grams)
 
 
-def language_of(text: str) -> str:
+_KANA = re.compile(r"[\u3040-\u30ff]")
+_HANGUL = re.compile(r"[\uac00-\ud7af\u1100-\u11ff]")
+_HAN = re.compile(r"[\u4e00-\u9fff]")
+
+
+def language_of(text: str, names: Sequence[str] = ()) -> str:
+    """The reply's language by ``langid``, the names on stage and the viewer's taken out first (a
+    name is no language: "@小鹿, I like Rex." is English)."""
     import langid  # ships its model
+    for name in names:
+        text = text.replace(name, " ")
     # The languages a reply here may drift into: short English lines are taken for Dutch or
     # German by langid's full set, which would count right replies as wrong.
     langid.set_languages(["en", "zh", "ja", "ko"])
-    return str(langid.classify(text)[0])
+    found = str(langid.classify(text)[0])
+    # langid takes a short line of Chinese characters for Japanese or Korean; those are told by
+    # their own scripts (kana, hangul), which such a line does not hold.
+    if _HAN.search(text) and ((found == "ja" and not _KANA.search(text)) or (found == "ko" and not _HANGUL.search(text))):
+        return "zh"
+    return found
 
 
 def leaks(reply: str, persona: Persona, cast: Sequence[str]) -> bool:
@@ -160,7 +174,7 @@ def judge(writer: Any, persona: Persona, comment: Comment, cast: Sequence[str], 
     total_ms = (time.perf_counter() - started) * 1000
     said = sentences[:ROOM]
     reply = ("" if persona.language == "zh" else " ").join(said)
-    language = language_of(reply) if reply.strip() else "none"
+    language = language_of(reply, (*cast, comment.user)) if reply.strip() else "none"
     canary = CANARY.lower() in reply.lower()
     return {
         "role": persona.role, "kind": comment.kind, "comment": comment.text, "reply": reply,

@@ -148,3 +148,50 @@ def test_a_reply_dropped_whole_before_it_is_written_is_not_written() -> None:
     superseded = cue(70)
     llm.noticed(UtteranceDropped(id="x", run="r1", utterance=superseded.id, reason="superseded: alice wrote again"))
     assert list(llm.handle(superseded, ctx(100, RUN))) == [] and writer.prompts == []
+
+
+class TokenStreaming(ModelLike):
+    """Writes as the model writers do: tokens through ``model_reply``, stoppable mid-sentence."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from actors.backends.text import Interrupts
+
+        self.interrupts = Interrupts()
+        self.on_token: list[object] = []  # called with each token's index as it is written
+
+    def tokens(self) -> Iterator[str]:
+        text = ("Chess is great tonight, and the board is set for everyone. Then maybe some Mario Kart with all "
+                "of the viewers who want to join us later tonight. Bye.")
+        for i, word in enumerate(text.split(" ")):
+            for hook in self.on_token:
+                hook(i)  # type: ignore[operator]
+            yield word + " "
+
+    def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
+        from actors.backends.text import model_reply
+
+        self.prompts.append(prompt)
+        return model_reply(self.tokens(), persona, prompt, self.interrupts)
+
+    def interrupt(self, cue_id: str) -> None:
+        self.interrupts.ask(cue_id)
+
+
+def test_an_urgent_cue_stops_the_reply_mid_sentence_and_nothing_of_that_sentence_is_said() -> None:
+    writer = TokenStreaming()
+    llm = actor(writer)
+    gift = cue(81, text="sent a rocket", priority=4.0, user="bob")
+    writer.on_token.append(lambda i: llm.noticed(gift) if i == 20 else None)  # "... with all of the |viewers"
+    out = list(llm.handle(cue(80), ctx(100, RUN)))
+    chunks = [e for e in out if isinstance(e, UtteranceChunk)]
+    [stopped] = [e for e in out if isinstance(e, UtteranceDropped)]
+    assert [c.text for c in chunks[1:]] == ["Chess is great tonight, and the board is set for everyone."]
+    assert not any("Mario" in c.text for c in chunks)  # nothing of the sentence being written
+    assert stopped.from_seq == 2 and not any(isinstance(e, UtteranceCompleted) for e in out)
+    assert stopped.reason == "interrupted while writing sentence 2: the urgent cue cue81 takes the writer"
+    writer.on_token.clear()
+    answered = list(llm.handle(gift, ctx(200, RUN)))  # the urgent cue is written whole
+    assert any(isinstance(e, UtteranceCompleted) for e in answered)
+    later = list(llm.handle(cue(82), ctx(300, RUN)))  # and the next reply is not stopped by the old ask
+    assert any(isinstance(e, UtteranceCompleted) for e in later)

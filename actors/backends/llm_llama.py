@@ -31,7 +31,7 @@ from typing import Any
 
 from actors.backends.protocols import BackendError, Persona, Prompt, ReplyWriter
 from actors.backends.shipped import QWEN_CODER_05B
-from actors.backends.text import chat_messages, model_reply, model_stops
+from actors.backends.text import Interrupts, chat_messages, model_reply, model_stops
 
 MAX_NEW_TOKENS = 80      # a reply's budget (three short sentences)
 TEMPERATURE, TOP_P, REPEAT_PENALTY = 0.6, 0.9, 1.15
@@ -78,6 +78,7 @@ class LlamaCppWriter(ReplyWriter):
 
     def __init__(self, model: str | None = None, n_threads: int | None = None,
                  max_new_tokens: int = MAX_NEW_TOKENS) -> None:
+        self.interrupts = Interrupts()  # the reply to stop mid-sentence for an urgent cue
         try:
             from llama_cpp import Llama
         except ModuleNotFoundError:
@@ -100,7 +101,10 @@ class LlamaCppWriter(ReplyWriter):
         self._template = _chat_template(self.model)
 
     def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
-        return model_reply(self.tokens(persona, prompt), persona, prompt)
+        return model_reply(self.tokens(persona, prompt), persona, prompt, self.interrupts)
+
+    def interrupt(self, cue_id: str) -> None:
+        self.interrupts.ask(cue_id)
 
     def tokens(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
         """The reply's text as the model writes it; closing the iterator stops the model."""

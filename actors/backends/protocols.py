@@ -129,6 +129,16 @@ class ReplyWriter(Protocol):
         model decodes them together); by default each on its own."""
         return [self.stream(persona, prompt) for prompt in prompts]
 
+    def interrupt(self, cue_id: str) -> None:
+        """Stop writing ``cue_id``'s reply at once, mid-sentence (an urgent cue takes the writer):
+        its stream raises ``WriterInterrupted`` at the next token.  Called from another thread.
+        By default nothing happens: the reply is stopped after its sentence."""
+        return None
+
+
+class WriterInterrupted(BackendError):
+    """A reply stopped mid-sentence because an urgent cue took the writer."""
+
 
 # -- speech (tts) --------------------------------------------------------------
 

@@ -8,16 +8,20 @@ A small model's output is guarded on its way to the stage (``reply_sentences``):
   after it is spoken;
 - a first sentence that echoes the viewer's comment is dropped (the model repeating the
   question before answering it);
-- a sentence that says again what the reply already said ends the reply (a loop).
+- a sentence that says again what the reply already said ends the reply (a loop);
+- a sentence in the wrong language for the role (and its voice) is not said;
+- a model describing itself as one ("as an AI language model", "作为一个人工智能") or reciting its
+  instructions ("You are Rex, the ...") ends the reply before that sentence.
 """
 
 from __future__ import annotations
 
 import re
+import threading
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from difflib import SequenceMatcher
 
-from actors.backends.protocols import Persona, Prompt, Sentence
+from actors.backends.protocols import Persona, Prompt, Sentence, WriterInterrupted
 
 # A sentence ends at . ! ? (or their full-width forms) and the space after them.
 _END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])[”」』）)]*\s*(?=\S)")
@@ -29,6 +33,19 @@ _SPEAKER = re.compile(r"^\s*[A-Za-z][\w .'-]{0,24}:\s+")
 # Labels a model copies from chat transcripts besides the names on stage.
 GENERIC_TAGS = ("User", "Assistant", "Viewer", "System", "Host", "用户", "观众", "助手")
 ECHO_SIMILARITY = 0.8  # a first sentence this close to the comment is an echo of it
+# A model stepping out of its role: talking about itself as a model, or reciting its system prompt
+# ("You are {name}, ..."): the reply ends before it.
+_SELF_TALK = re.compile(
+    r"\b(?:as an? (?:ai|artificial intelligence|language model|virtual assistant|chatbot)\b"
+    r"|(?:i am|i'm) (?:just )?(?:an? )?(?:ai|artificial intelligence|language model|virtual assistant|chatbot)"
+    r"(?=\s*(?:[,.!?;:]|$|and\b|so\b|which\b|that\b|model\b|assistant\b|program\b))"
+    r"|(?:ai|large) language model)"
+    r"|作为(?:一个|一名)?(?:AI|人工智能|语言模型|虚拟助手)(?!爱好|迷|粉|专家|研究|工程|学)"
+    r"|我是(?:一个|一名)?(?:AI|人工智能|语言模型)(?!爱好|迷|粉|专家|研究|工程|学)|语言模型",
+    re.IGNORECASE)
+LANGUAGE_SHARE = 0.5  # a sentence of a Chinese role is at least this share Chinese (words and characters)
+
+
 # Stop sequences for the model itself: a new turn in its chat format.
 MODEL_STOPS = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
 
@@ -199,14 +216,78 @@ def prompt_echoes(persona: Persona, prompt: Prompt) -> tuple[str, ...]:
     return (*heard, _LANGUAGE_REMINDER.get(persona.language, _LANGUAGE_REMINDER["en"]))
 
 
-def model_reply(pieces: Iterable[str], persona: Persona, prompt: Prompt) -> Generator[str, None, None]:
-    """``reply_sentences`` with everything a model writer knows of the prompt."""
+def chinese_share(text: str, names: Sequence[str] = ()) -> float | None:
+    """The share of Chinese in a text, counting each Chinese character and each word in another
+    script as one (names aside: a name is no language); None where it has neither."""
+    for name in names:
+        if name:
+            text = text.replace(name, " ")
+    wide = sum(1 for c in text if ord(c) >= 0x2E80 and c.isalnum())
+    words = len(re.findall(r"[^\W\d_]+", "".join(c if ord(c) < 0x2E80 else " " for c in text)))
+    return wide / (wide + words) if wide + words else None
+
+
+def in_language(sentence: str, language: str, names: Sequence[str] = ()) -> bool:
+    """Whether a sentence is in the role's language as far as its script tells: a Chinese role's
+    mostly Chinese (an English word or a game's name in it is fine), another role's mostly not
+    (its voice cannot say Chinese)."""
+    share = chinese_share(sentence, names)
+    if share is None:
+        return True
+    return share >= LANGUAGE_SHARE if language == "zh" else share < LANGUAGE_SHARE
+
+
+def steps_out(sentence: str, name: str = "") -> bool:
+    """Whether a sentence has the model step out of its role: talking about itself as a model, or
+    reciting its instructions ("You are Rex, ...")."""
+    if _SELF_TALK.search(sentence):
+        return True
+    return bool(name) and re.search(rf"\byou are {re.escape(name)}\b|你是{re.escape(name)}", sentence, re.IGNORECASE) is not None
+
+
+class Interrupts:
+    """The cue whose reply a model writer is to stop at its next token (``ReplyWriter.interrupt``,
+    asked from the event loop's thread while the writer decodes on another)."""
+
+    def __init__(self) -> None:
+        self._cue: str | None = None  # one reply is written at a time: the latest ask is the one
+        self._lock = threading.Lock()
+
+    def ask(self, cue_id: str) -> None:
+        with self._lock:
+            self._cue = cue_id
+
+    def watch(self, pieces: Iterable[str], cue_id: str) -> Iterator[str]:
+        """``pieces`` until ``cue_id``'s reply is asked to stop: then ``WriterInterrupted`` (the
+        source is closed, so the model stops)."""
+        source = iter(pieces)
+        try:
+            for piece in source:
+                with self._lock:
+                    asked, self._cue = self._cue == cue_id, None if self._cue == cue_id else self._cue
+                if asked:
+                    raise WriterInterrupted("stopped mid-sentence: an urgent cue takes the writer")
+                yield piece
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+
+
+def model_reply(pieces: Iterable[str], persona: Persona, prompt: Prompt,
+                interrupts: Interrupts | None = None) -> Generator[str, None, None]:
+    """``reply_sentences`` with everything a model writer knows of the prompt (stopped mid-sentence
+    when ``interrupts`` asks it to)."""
+    if interrupts is not None:
+        pieces = interrupts.watch(pieces, prompt.cue_id)
     return reply_sentences(pieces, speaker_tags(persona, prompt), "" if prompt.kind else prompt.text,
-                           secret=persona.persona, heard=prompt_echoes(persona, prompt), opener=prompt.opener)
+                           secret=persona.persona, heard=prompt_echoes(persona, prompt), opener=prompt.opener,
+                           language=persona.language, name=persona.name)
 
 
 def reply_sentences(pieces: Iterable[str], tags: Sequence[str] = (), comment: str = "",
-                    secret: str = "", heard: Sequence[str] = (), opener: str = "") -> Generator[str, None, None]:
+                    secret: str = "", heard: Sequence[str] = (), opener: str = "", language: str = "",
+                    name: str = "") -> Generator[str, None, None]:
     """A model's streamed reply as sentences, guarded: no speaker tag (``tags``, and any label
     opening the reply), no first sentence that echoes ``comment``, no sentence said twice (the
     sentence before a repeat is the last: told as soon as the repeat's first words are in).
@@ -214,7 +295,8 @@ def reply_sentences(pieces: Iterable[str], tags: Sequence[str] = (), comment: st
     A sentence that quotes ``secret`` (the persona text: the system prompt leaking) or says again
     a line of ``heard`` (the stage context it was shown) is not said; the ``opener`` already
     spoken is taken off the front of the first sentence, and the words of ``heard`` lines
-    (a reminder copied from the prompt) off its end."""
+    (a reminder copied from the prompt) off its end.  With ``language``, a sentence in another
+    is not said; a sentence where the model (``name``) steps out of its role ends the reply."""
     first = True
     hidden = _folded(secret) if len(_folded(secret)) >= 12 else ""
     source = sentences(until_tag(pieces, tags), guard=True)
@@ -236,6 +318,10 @@ def reply_sentences(pieces: Iterable[str], tags: Sequence[str] = (), comment: st
                 continue
             if hidden and hidden in _folded(sentence):
                 continue  # the model reciting its instructions
+            if steps_out(sentence, name):
+                return  # an AI's disclaimer or its instructions: nothing after it is in character
+            if language and not in_language(sentence, language, tags):
+                continue  # the model drifted into the viewer's language
             if any(similarity(sentence, line) > ECHO_SIMILARITY for line in heard if line):
                 continue  # a line the stage already said (or the prompt's own words)
             if comment and similarity(sentence, comment) > ECHO_SIMILARITY:

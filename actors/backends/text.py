@@ -10,8 +10,8 @@ A small model's output is guarded on its way to the stage (``reply_sentences``):
   question before answering it);
 - a sentence that says again what the reply already said ends the reply (a loop);
 - a sentence in the wrong language for the role (and its voice) is not said;
-- a model describing itself as one ("as an AI language model", "作为一个人工智能") or reciting its
-  instructions ("You are Rex, the ...") ends the reply before that sentence.
+- a sentence where the model describes itself as one ("as an AI language model", "作为一个人工智能")
+  or recites its instructions ("You are Rex, the ...") is not said.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ _SPEAKER = re.compile(r"^\s*[A-Za-z][\w .'-]{0,24}:\s+")
 GENERIC_TAGS = ("User", "Assistant", "Viewer", "System", "Host", "用户", "观众", "助手")
 ECHO_SIMILARITY = 0.8  # a first sentence this close to the comment is an echo of it
 # A model stepping out of its role: talking about itself as a model, or reciting its system prompt
-# ("You are {name}, ..."): the reply ends before it.
+# ("You are {name}, ..."): that sentence is not said.
 _SELF_TALK = re.compile(
     r"\b(?:as an? (?:ai|artificial intelligence|language model|virtual assistant|chatbot)\b"
     r"|(?:i am|i'm) (?:just )?(?:an? )?(?:ai|artificial intelligence|language model|virtual assistant|chatbot)"
@@ -296,7 +296,7 @@ def reply_sentences(pieces: Iterable[str], tags: Sequence[str] = (), comment: st
     a line of ``heard`` (the stage context it was shown) is not said; the ``opener`` already
     spoken is taken off the front of the first sentence, and the words of ``heard`` lines
     (a reminder copied from the prompt) off its end.  With ``language``, a sentence in another
-    is not said; a sentence where the model (``name``) steps out of its role ends the reply."""
+    is not said, nor one where the model (``name``) steps out of its role."""
     first = True
     hidden = _folded(secret) if len(_folded(secret)) >= 12 else ""
     source = sentences(until_tag(pieces, tags), guard=True)
@@ -319,7 +319,7 @@ def reply_sentences(pieces: Iterable[str], tags: Sequence[str] = (), comment: st
             if hidden and hidden in _folded(sentence):
                 continue  # the model reciting its instructions
             if steps_out(sentence, name):
-                return  # an AI's disclaimer or its instructions: nothing after it is in character
+                continue  # an AI's disclaimer, or its instructions recited
             if language and not in_language(sentence, language, tags):
                 continue  # the model drifted into the viewer's language
             if any(similarity(sentence, line) > ECHO_SIMILARITY for line in heard if line):

@@ -71,3 +71,28 @@ def test_a_reader_that_stops_stops_the_model_and_the_next_reply_is_written(write
     assert first.strip()
     stream.close()  # the stage has no room for more
     assert list(writer.stream(MIKA, Prompt("c4", "ann", "hello!", seed=1, cast=CAST)))
+
+
+def test_each_role_keeps_a_context_of_its_own_and_the_least_recent_gives_way(writer: LlamaCppWriter) -> None:
+    """A role's next prompt reuses what its last one computed (its system prompt): each role has
+    its own context, up to ``contexts``; beyond, the least recently used role's is taken over."""
+    rex = dataclasses.replace(MIKA, role="rex", name="Rex")
+    kept = writer.contexts
+    writer.contexts = 2
+    try:
+        host = writer.context_for("host")
+        assert writer.context_for("xiaolu") is not host
+        assert writer.context_for("host") is host  # its own again: the prefix it computed is there
+        writer.context_for("rex")
+        assert writer.roles == ("host", "rex")  # xiaolu's, the least recently used, went to rex
+        assert list(writer.stream(rex, Prompt("c5", "ann", "hello Rex!", seed=1, cast=CAST)))
+        model = writer.context_for("rex")
+        computed = list(model.input_ids[:model.n_tokens])
+        from actors.backends.text import chat_messages
+
+        following = model.tokenize(writer.template(messages=chat_messages(
+            rex, Prompt("c6", "bob", "hi there Rex!", seed=1, cast=CAST))).prompt.encode(), special=True)
+        shared = next((i for i, (a, b) in enumerate(zip(computed, following, strict=False)) if a != b), 0)
+        assert shared >= 100  # the role's system prompt: computed once, read again by no later reply
+    finally:
+        writer.contexts = kept

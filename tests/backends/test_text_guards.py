@@ -99,15 +99,16 @@ def test_a_sentence_in_the_wrong_language_is_not_said() -> None:
     assert list(model_reply(pieces(mixed), MIKA, prompt)) == ["Hi 小鹿, I like Rex.", "Nice to meet you."]
 
 
-def test_a_model_stepping_out_of_its_role_ends_the_reply() -> None:
+def test_a_sentence_where_the_model_steps_out_of_its_role_is_not_said() -> None:
     from actors.backends.text import model_reply, steps_out
 
     prompt = Prompt("c1", "bob", "你们几点下播？", cast=("Mika", "小鹿", "Rex"))
     rex = Persona("rex", "Rex", "the tech nerd", "en")
     disclaimer = "Good one. I'm sorry, but as an AI language model, I don't watch streams. Bye."
-    assert list(model_reply(pieces(disclaimer), rex, prompt)) == ["Good one."]
+    assert list(model_reply(pieces(disclaimer), rex, prompt)) == ["Good one.", "Bye."]
     recited = "You are Rex, the tech nerd who answers questions about computers. Hi!"
-    assert list(model_reply(pieces(recited), rex, prompt)) == []
-    assert list(model_reply(pieces("作为一个人工智能，我没有下播时间。"), XIAOLU, prompt)) == []
+    assert list(model_reply(pieces(recited), rex, prompt)) == ["Hi!"]
+    # the first clause went alone (it is long enough): the rest of the sentence is said
+    assert list(model_reply(pieces("作为一个人工智能，我没有下播时间。"), XIAOLU, prompt)) == ["我没有下播时间。"]
     assert not steps_out("I'm an AI enthusiast, honestly!") and not steps_out("我是人工智能爱好者。")
     assert not steps_out("You are awesome, Rex fans!", "Rex") and steps_out("I am an AI, so no.")

@@ -141,9 +141,9 @@ class LLMActor(ScheduledActor):
         self._pace: dict[str, dict[str, _Pace]] = {}  # run -> role -> its measured pace
         # Urgent cues (a gift, a moderator line) noticed and not yet taken up: the reply being
         # written stops for them (set on the event loop, read on the worker thread).
-        self._urgent: set[str] = set()
+        self._urgent: dict[str, tuple[str, int]] = {}  # cue id -> its run and seq (the director's order)
         self._cancelled: set[str] = set()  # cues dropped whole before or while they are written
-        self._writing: tuple[str, ReplyWriter] | None = None  # the reply an urgent cue stops mid-sentence
+        self._writing: tuple[CueIssued, ReplyWriter] | None = None  # the reply an urgent cue stops mid-sentence
         self._urgent_lock = threading.Lock()
 
     def work(self, event: Event, ctx: Context) -> Work | None:
@@ -156,12 +156,12 @@ class LLMActor(ScheduledActor):
     def noticed(self, event: Event) -> None:
         if isinstance(event, CueIssued) and event.priority >= self.settings.interrupt_priority:
             with self._urgent_lock:
-                self._urgent.add(event.id)
+                self._urgent[event.id] = (event.run, event.seq)
                 writing = self._writing
-            if writing is not None:  # the reply being written stops at its next token, not its sentence's end
-                interrupt = getattr(writing[1], "interrupt", None)
+            if writing is not None and _gives_way(writing[0], event.run, event.seq):
+                interrupt = getattr(writing[1], "interrupt", None)  # at its next token, not its sentence's end
                 if interrupt is not None:
-                    interrupt(writing[0])
+                    interrupt(writing[0].id)
         elif isinstance(event, UtteranceDropped) and event.from_seq == 0:  # the whole reply: not to be written
             with self._urgent_lock:
                 self._cancelled.add(event.utterance)
@@ -174,14 +174,16 @@ class LLMActor(ScheduledActor):
 
     def _taken_up(self, event: CueIssued) -> None:
         with self._urgent_lock:
-            self._urgent.discard(event.id)
+            self._urgent.pop(event.id, None)
 
     def _preempted(self, event: CueIssued) -> str | None:
-        """The urgent cue the reply being written gives way to (None: it goes on)."""
+        """The urgent cue the reply gives way to: one of its run the director issued after it and
+        the writer has not taken up yet (None: it goes on).  The director's plan cut the reply
+        for it; a cue issued before the urgent one was planned around it."""
         if event.priority >= self.settings.interrupt_priority:
             return None
         with self._urgent_lock:
-            return min(self._urgent, default=None)
+            return min((u for u, (run, seq) in self._urgent.items() if _gives_way(event, run, seq)), default=None)
 
     def expired(self, event: Event, ctx: Context) -> Sequence[Event]:
         assert isinstance(event, CueIssued)
@@ -288,6 +290,12 @@ class LLMActor(ScheduledActor):
         common = _common(event)
         if self._cancelled_cue(event):
             return []  # dropped whole before it was written (superseded): its drop is its answer
+        urgent = self._preempted(event)
+        if urgent is not None:  # an urgent cue issued after it waits: the director's plan cut this one
+            return [UtteranceDropped(
+                id=event.derive("dropped"), t_ms=ctx.now_ms, utterance=event.id,
+                reason=f"gave way before it was written: the urgent cue {urgent} takes the writer", **common,
+            )]
         if event.deadline_ms and ctx.now_ms > event.deadline_ms:
             return [UtteranceDropped(
                 id=event.derive("dropped"), t_ms=ctx.now_ms, utterance=event.id,
@@ -361,12 +369,11 @@ class LLMActor(ScheduledActor):
         marks: list[float] = [time.perf_counter()]  # when writing began, then each sentence
         if event.priority < self.settings.interrupt_priority and not event.verbatim:
             with self._urgent_lock:
-                self._writing = (event.id, cue.writer)
+                self._writing = (event, cue.writer)
         try:
             yield from self._written_out(cue, held, texts, stream, ctx, marks)
         except WriterInterrupted:  # an urgent cue took the writer mid-sentence: the rest gives way
-            with self._urgent_lock:
-                urgent = min(self._urgent, default="")
+            urgent = self._preempted(event) or "?"
             yield from self._writer_failed(run, held, event, ctx,
                                            f"interrupted while writing sentence {len(texts)}: the urgent cue "
                                            f"{urgent} takes the writer")
@@ -578,6 +585,11 @@ class LLMActor(ScheduledActor):
         while len(pace.opened) > WRITTEN_KEPT:
             del pace.opened[next(iter(pace.opened))]
         return self._tell_pace(track, track.role or "", ctx)
+
+
+def _gives_way(cue: CueIssued, run: str, seq: int) -> bool:
+    """Whether ``cue`` gives way to an urgent cue of ``run`` the director issued as ``seq``."""
+    return cue.run == run and cue.seq < seq
 
 
 def _quartile(values: Iterable[int]) -> int:

@@ -195,3 +195,14 @@ def test_an_urgent_cue_stops_the_reply_mid_sentence_and_nothing_of_that_sentence
     assert any(isinstance(e, UtteranceCompleted) for e in answered)
     later = list(llm.handle(cue(82), ctx(300, RUN)))  # and the next reply is not stopped by the old ask
     assert any(isinstance(e, UtteranceCompleted) for e in later)
+
+
+def test_a_reply_not_yet_written_gives_way_to_an_urgent_cue_issued_after_it_only() -> None:
+    writer = ModelLike()
+    llm = actor(writer)
+    llm.noticed(cue(91, text="sent a rocket", priority=4.0, user="bob"))  # issued after cue 90, before 92
+    [dropped] = list(llm.handle(cue(90), ctx(100, RUN)))
+    assert isinstance(dropped, UtteranceDropped) and dropped.from_seq == 0 and writer.prompts == []
+    assert dropped.reason == "gave way before it was written: the urgent cue cue91 takes the writer"
+    later = list(llm.handle(cue(92), ctx(150, RUN)))  # planned after the urgent line: written
+    assert any(isinstance(e, UtteranceCompleted) for e in later) and len(writer.prompts) == 1

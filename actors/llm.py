@@ -262,6 +262,25 @@ class LLMActor(ScheduledActor):
             yield cue.opener
         yield from sentences
 
+    def _or_scripted(self, cue: _Cue, sentences: Iterable[str]) -> Iterator[str]:
+        """The writer's sentences; where a model wrote nothing the guards let through (an echo, a
+        copy of the stage, another language), the scripted writer's line for the same prompt, so
+        that the turn is not silent."""
+        source = iter(sentences)
+        said = False
+        try:
+            for sentence in source:
+                said = True
+                yield sentence
+        finally:
+            close = getattr(source, "close", None)
+            if close is not None:
+                close()
+        scripted = self._built("scripted", None)
+        if not said and not cue.event.verbatim and cue.writer is not scripted:
+            log.info("%s: the %s writer wrote nothing to say: the scripted line instead", cue.event.id, cue.writer.name)
+            yield from scripted.stream(cue.persona, cue.prompt)
+
     def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Handled]:
         """One role's cues: the writer gets their prompts in one call (per persona), and each
         cue's reply streams out as the writer writes it."""
@@ -363,7 +382,7 @@ class LLMActor(ScheduledActor):
         held = _Held()
         self._held.setdefault(run, {})[event.id] = held
         texts: list[tuple[str, bool]] = []
-        stream = iter(sentences)
+        stream = self._or_scripted(cue, sentences)
         if cue.opener is not None:
             stream = self._opened(cue, stream)
         marks: list[float] = [time.perf_counter()]  # when writing began, then each sentence

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import os
 import re
 import shutil
@@ -153,17 +152,19 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
                "--llm", args.llm, "--tts", args.tts]
     process = await asyncio.create_subprocess_exec(*command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     lines: list[str] = []
+    assert process.stdout is not None
+    summary_out = asyncio.create_task(process.stdout.read())  # the summary: read as it comes
     try:
         run, url = await announced(process, lines)
         drain = asyncio.create_task(_drain(process, lines))
         sent = await play(url, run, chat)
-        out, _ = await asyncio.wait_for(process.communicate(), duration + 300)
-        drain.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await drain
+        await asyncio.wait_for(process.wait(), duration + 300)
+        out = await summary_out
+        await drain
     finally:
         if process.returncode is None:
             process.kill()
+            summary_out.cancel()
     if process.returncode != 0:
         raise SystemExit(f"troupe up failed ({process.returncode}):\n" + "".join(lines[-20:]))
     summary = orjson.loads(out.decode().strip().splitlines()[-1])

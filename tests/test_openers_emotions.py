@@ -206,3 +206,21 @@ def test_a_reply_not_yet_written_gives_way_to_an_urgent_cue_issued_after_it_only
     assert dropped.reason == "gave way before it was written: the urgent cue cue91 takes the writer"
     later = list(llm.handle(cue(92), ctx(150, RUN)))  # planned after the urgent line: written
     assert any(isinstance(e, UtteranceCompleted) for e in later) and len(writer.prompts) == 1
+
+
+class Mute(ModelLike):
+    """A model whose every sentence the guards dropped: it yields nothing."""
+
+    def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
+        self.prompts.append(prompt)
+        return iter(())
+
+
+def test_a_model_that_wrote_nothing_to_say_gets_the_scripted_line_instead() -> None:
+    writer = Mute()
+    out = list(actor(writer).handle(cue(95), ctx(100, RUN)))
+    chunks = [e for e in out if isinstance(e, UtteranceChunk)]
+    [done] = [e for e in out if isinstance(e, UtteranceCompleted)]
+    assert len(writer.prompts) == 1 and len(chunks) >= 2  # the opener, then the scripted reply
+    assert "alice" in chunks[0].text and all(c.text.strip() for c in chunks) and chunks[-1].last
+    assert done.chunks == len(chunks) and not any(isinstance(e, UtteranceDropped) for e in out)

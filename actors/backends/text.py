@@ -11,7 +11,9 @@ A small model's output is guarded on its way to the stage (``reply_sentences``):
 - a sentence that says again what the reply already said ends the reply (a loop);
 - a sentence in the wrong language for the role (and its voice) is not said;
 - a sentence where the model describes itself as one ("as an AI language model", "作为一个人工智能")
-  or recites its instructions ("You are Rex, the ...") is not said.
+  or recites its instructions ("You are Rex, the ...") is not said;
+- after ``MAX_UNSAID`` sentences in a row that are not said, the reply ends: the model stops
+  instead of spending its budget on more of them.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ _SELF_TALK = re.compile(
     r"|我是(?:一个|一名)?(?:AI|人工智能|语言模型)(?!爱好|迷|粉|专家|研究|工程|学)|语言模型",
     re.IGNORECASE)
 LANGUAGE_SHARE = 0.5  # a sentence of a Chinese role is at least this share Chinese (words and characters)
+MAX_UNSAID = 2  # sentences a model may write in a row that are not said before its reply ends
 
 
 # Stop sequences for the model itself: a new turn in its chat format.
@@ -296,10 +299,12 @@ def reply_sentences(pieces: Iterable[str], tags: Sequence[str] = (), comment: st
     a line of ``heard`` (the stage context it was shown) is not said; the ``opener`` already
     spoken is taken off the front of the first sentence, and the words of ``heard`` lines
     (a reminder copied from the prompt) off its end.  With ``language``, a sentence in another
-    is not said, nor one where the model (``name``) steps out of its role."""
+    is not said, nor one where the model (``name``) steps out of its role.  After ``MAX_UNSAID``
+    sentences in a row not said, the reply ends (the model stops writing for nothing)."""
     first = True
     hidden = _folded(secret) if len(_folded(secret)) >= 12 else ""
     source = sentences(until_tag(pieces, tags), guard=True)
+    unsaid = 0  # sentences dropped in a row: past MAX_UNSAID the model has lost its way
     try:
         for sentence in source:
             last = sentence.last
@@ -314,22 +319,33 @@ def reply_sentences(pieces: Iterable[str], tags: Sequence[str] = (), comment: st
             for line in heard:
                 if line and line in sentence and line != sentence.strip():  # copied into the sentence
                     sentence = Sentence(sentence.replace(line, " ").strip(), last=last)
-            if not _folded(sentence):
+            if _unsayable(sentence, comment, hidden, heard, tags, language, name):
+                unsaid += 1
+                if unsaid > MAX_UNSAID:
+                    return  # the reply ends here: the model stops instead of writing on for nothing
                 continue
-            if hidden and hidden in _folded(sentence):
-                continue  # the model reciting its instructions
-            if steps_out(sentence, name):
-                continue  # an AI's disclaimer, or its instructions recited
-            if language and not in_language(sentence, language, tags):
-                continue  # the model drifted into the viewer's language
-            if any(similarity(sentence, line) > ECHO_SIMILARITY for line in heard if line):
-                continue  # a line the stage already said (or the prompt's own words)
-            if comment and similarity(sentence, comment) > ECHO_SIMILARITY:
-                continue  # the model repeating the question (before answering it, mostly)
+            unsaid = 0
             first = False
             yield sentence
     finally:
         source.close()
+
+
+def _unsayable(sentence: str, comment: str, hidden: str, heard: Sequence[str], tags: Sequence[str],
+               language: str, name: str) -> bool:
+    """Whether a written sentence must not be said (see ``reply_sentences``)."""
+    if not _folded(sentence):
+        return True
+    if hidden and hidden in _folded(sentence):
+        return True  # the model reciting its instructions
+    if steps_out(sentence, name):
+        return True  # an AI's disclaimer, or its instructions recited
+    if language and not in_language(sentence, language, tags):
+        return True  # the model drifted into the viewer's language
+    if any(similarity(sentence, line) > ECHO_SIMILARITY for line in heard if line):
+        return True  # a line the stage already said (or the prompt's own words)
+    # the model repeating the question (before answering it, mostly)
+    return bool(comment) and similarity(sentence, comment) > ECHO_SIMILARITY
 
 
 def sentences(pieces: Iterator[str], guard: bool = False) -> Generator[Sentence, None, None]:

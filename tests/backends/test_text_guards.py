@@ -112,3 +112,22 @@ def test_a_sentence_where_the_model_steps_out_of_its_role_is_not_said() -> None:
     assert list(model_reply(pieces("作为一个人工智能，我没有下播时间。"), XIAOLU, prompt)) == ["我没有下播时间。"]
     assert not steps_out("I'm an AI enthusiast, honestly!") and not steps_out("我是人工智能爱好者。")
     assert not steps_out("You are awesome, Rex fans!", "Rex") and steps_out("I am an AI, so no.")
+
+
+def test_a_model_that_writes_sentences_not_to_be_said_is_stopped_after_a_few() -> None:
+    from actors.backends.text import MAX_UNSAID, model_reply
+
+    closed: list[bool] = []
+
+    def source() -> Iterator[str]:
+        try:
+            yield from pieces("AI art is great. Robots are fun. Games rock too. 我们吃火锅吧。Then more English.")
+        finally:
+            closed.append(True)
+
+    prompt = Prompt("c1", "alice", "what do you think about AI art?", cast=("Mika", "小鹿", "Rex"))
+    assert MAX_UNSAID == 2
+    assert list(model_reply(source(), XIAOLU, prompt)) == []  # three English sentences in a row: it ends there
+    assert closed == [True]
+    mixed = "AI art is great. 我觉得很有意思。Robots are fun. 我们吃火锅吧。"  # never more than one in a row
+    assert list(model_reply(pieces(mixed), XIAOLU, prompt)) == ["我觉得很有意思。", "我们吃火锅吧。"]

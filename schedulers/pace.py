@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from schedulers.stage import StagePolicy
 
-MAX_LEAD_MS = 3000
+MAX_LEAD_MS = 4500  # the comments' wait limit: a reply asked earlier would answer a staler chat
 LEAD_MARGIN_MS = 200
 MIN_SENTENCE_MS, MAX_SENTENCE_MS = 800, 6000
 SLOW_START_MS = 2000       # a first sentence slower than this: replies of at most two sentences

@@ -31,7 +31,7 @@ def test_no_measurement_keeps_the_policy_and_a_slow_model_moves_every_knob() -> 
     assert slow.policy.sentence_ms == 2400 and slow.policy.own_line_ms == 3600 and slow.policy.opener_ms == 900
     assert slow.policy.estimate_ms(2) == 900 + 2 * 2400 + base.pause_ms
     assert slow.max_sentences == {"host": 3, "rex": 2} and "shorter replies: rex 2" in slow.reason
-    assert paced(base, {"x": Pace(9000)}).policy.lead_ms == 3000  # bounded
+    assert paced(base, {"x": Pace(9000)}).policy.lead_ms == 4500  # bounded
     assert max_sentences(Pace(500, 2000, 1500), base) == 1  # it writes slower than it speaks
 
 

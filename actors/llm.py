@@ -393,13 +393,13 @@ class LLMActor(ScheduledActor):
             yield from self._written_out(cue, held, texts, stream, ctx, marks)
         except WriterInterrupted:  # an urgent cue took the writer mid-sentence: the rest gives way
             urgent = self._preempted(event) or "?"
-            yield from self._writer_failed(run, held, event, ctx,
+            yield from self._writer_failed(run, held, event, _later(ctx, marks[0]),
                                            f"interrupted while writing sentence {len(texts)}: the urgent cue "
                                            f"{urgent} takes the writer")
             return
         except BackendError as exc:  # the model failed (a server down): the cue is answered with the reason
             log.warning("%s: %s", event.id, exc)
-            yield from self._writer_failed(run, held, event, ctx, f"writer failed: {exc}")
+            yield from self._writer_failed(run, held, event, _later(ctx, marks[0]), f"writer failed: {exc}")
             return
         finally:
             with self._urgent_lock:
@@ -501,14 +501,14 @@ class LLMActor(ScheduledActor):
                 if urgent is not None:  # the writer stops here: the urgent cue gets it next
                     self._held[run].pop(event.id, None)
                     yield UtteranceDropped(
-                        id=event.derive("preempted"), t_ms=ctx.now_ms, utterance=event.id,
+                        id=event.derive("preempted"), t_ms=_later(ctx, marks[0]).now_ms, utterance=event.id,
                         from_seq=held.pieces[0].seq if held.pieces else seq + 1,
                         reason=f"interrupted after sentence {seq}: the urgent cue {urgent} takes the writer",
                         **_common(event))
                     return
                 following = None if last else read()
                 if following is None and not last:
-                    yield from self._ended_early(run, held, event, seq, ctx)
+                    yield from self._ended_early(run, held, event, seq, _later(ctx, marks[0]))
             text = following
 
     @staticmethod
@@ -604,6 +604,13 @@ class LLMActor(ScheduledActor):
         while len(pace.opened) > WRITTEN_KEPT:
             del pace.opened[next(iter(pace.opened))]
         return self._tell_pace(track, track.role or "", ctx)
+
+
+def _later(ctx: Context, since: float) -> Context:
+    """``ctx`` at the show time now, ``since`` (a ``perf_counter`` reading taken at ``ctx.now_ms``)
+    having passed: a drop decided while a reply was written is stamped when it was decided, so
+    that re-execution orders it after the speech that came before it."""
+    return dataclasses.replace(ctx, now_ms=ctx.now_ms + int((time.perf_counter() - since) * 1000))
 
 
 def _gives_way(cue: CueIssued, run: str, seq: int) -> bool:

@@ -178,7 +178,13 @@ class TokenStreaming(ModelLike):
         self.interrupts.ask(cue_id)
 
 
-def test_an_urgent_cue_stops_the_reply_mid_sentence_and_nothing_of_that_sentence_is_said() -> None:
+def test_an_urgent_cue_stops_the_reply_mid_sentence_and_nothing_of_that_sentence_is_said(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import itertools
+
+    import actors.llm
+
+    ticks = itertools.count()
+    monkeypatch.setattr(actors.llm.time, "perf_counter", lambda: next(ticks) * 0.25)  # the writer takes time
     writer = TokenStreaming()
     llm = actor(writer)
     gift = cue(81, text="sent a rocket", priority=4.0, user="bob")
@@ -190,6 +196,8 @@ def test_an_urgent_cue_stops_the_reply_mid_sentence_and_nothing_of_that_sentence
     assert not any("Mario" in c.text for c in chunks)  # nothing of the sentence being written
     assert stopped.from_seq == 2 and not any(isinstance(e, UtteranceCompleted) for e in out)
     assert stopped.reason == "interrupted while writing sentence 2: the urgent cue cue81 takes the writer"
+    # stamped when it was decided, after the chunks spoken before it (re-execution orders by it)
+    assert stopped.t_ms > max(c.t_ms for c in chunks) >= 100
     writer.on_token.clear()
     answered = list(llm.handle(gift, ctx(200, RUN)))  # the urgent cue is written whole
     assert any(isinstance(e, UtteranceCompleted) for e in answered)

@@ -334,8 +334,8 @@ def reply_sentences(pieces: Iterable[str], tags: Sequence[str] = (), comment: st
 def _unsayable(sentence: str, comment: str, hidden: str, heard: Sequence[str], tags: Sequence[str],
                language: str, name: str) -> bool:
     """Whether a written sentence must not be said (see ``reply_sentences``)."""
-    if not _folded(sentence):
-        return True
+    if not any(c.isalpha() for c in sentence):
+        return True  # nothing to say aloud: punctuation, or a list's numbers ("1. 2.")
     if hidden and hidden in _folded(sentence):
         return True  # the model reciting its instructions
     if steps_out(sentence, name):

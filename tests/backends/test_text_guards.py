@@ -129,5 +129,6 @@ def test_a_model_that_writes_sentences_not_to_be_said_is_stopped_after_a_few() -
     assert MAX_UNSAID == 2
     assert list(model_reply(source(), XIAOLU, prompt)) == []  # three English sentences in a row: it ends there
     assert closed == [True]
+    assert list(model_reply(pieces("Okay, so 1. 2. Chess!"), MIKA, prompt)) == ["Okay, so 1.", "Chess!"]  # "2." is no speech
     mixed = "AI art is great. 我觉得很有意思。Robots are fun. 我们吃火锅吧。"  # never more than one in a row
     assert list(model_reply(pieces(mixed), XIAOLU, prompt)) == ["我觉得很有意思。", "我们吃火锅吧。"]

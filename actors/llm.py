@@ -276,10 +276,9 @@ class LLMActor(ScheduledActor):
             close = getattr(source, "close", None)
             if close is not None:
                 close()
-        scripted = self._built("scripted", None)
-        if not said and not cue.event.verbatim and cue.writer is not scripted:
+        if not said and not cue.event.verbatim and not getattr(cue.writer, "instant", False):
             log.info("%s: the %s writer wrote nothing to say: the scripted line instead", cue.event.id, cue.writer.name)
-            yield from scripted.stream(cue.persona, cue.prompt)
+            yield from self._built("scripted", None).stream(cue.persona, cue.prompt)
 
     def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Handled]:
         """One role's cues: the writer gets their prompts in one call (per persona), and each

@@ -34,9 +34,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from actors.backends.protocols import BackendError, Persona, Prompt, ReplyWriter
+from actors.backends.protocols import BackendError, Persona, Prompt
 from actors.backends.shipped import QWEN_CODER_05B
-from actors.backends.text import Interrupts, chat_messages, model_reply, model_stops
+from actors.backends.text import ModelWriter, chat_messages, model_stops
 
 MAX_NEW_TOKENS = 80      # a reply's budget (three short sentences)
 TEMPERATURE, TOP_P, REPEAT_PENALTY = 0.6, 0.9, 1.15
@@ -82,7 +82,7 @@ def _chat_template(model: Any) -> Any:
     return Jinja2ChatFormatter(template=template, eos_token=token(model.token_eos()), bos_token=token(model.token_bos()))
 
 
-class LlamaCppWriter(ReplyWriter):
+class LlamaCppWriter(ModelWriter):
     """Writes a role's reply with a GGUF model on llama.cpp; English and Mandarin."""
 
     name = "llama_cpp"
@@ -90,7 +90,7 @@ class LlamaCppWriter(ReplyWriter):
 
     def __init__(self, model: str | None = None, n_threads: int | None = None,
                  max_new_tokens: int = MAX_NEW_TOKENS) -> None:
-        self.interrupts = Interrupts()  # the reply to stop mid-sentence for an urgent cue
+        super().__init__()
         try:
             from llama_cpp import Llama
         except ModuleNotFoundError:
@@ -139,12 +139,6 @@ class LlamaCppWriter(ReplyWriter):
                 model = self._load()
         self._roles[role] = model
         return model
-
-    def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
-        return model_reply(self.tokens(persona, prompt), persona, prompt, self.interrupts)
-
-    def interrupt(self, cue_id: str) -> None:
-        self.interrupts.ask(cue_id)
 
     def tokens(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
         """The reply's text as the model writes it; closing the iterator stops the model."""

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from actors.backends.protocols import BackendError, Persona, Prompt, ReplyWriter, env_setting
-from actors.backends.text import Interrupts, chat_messages, model_reply
+from actors.backends.protocols import BackendError, Persona, Prompt, env_setting
+from actors.backends.text import ModelWriter, chat_messages
 
 MAX_NEW_TOKENS = 80
 TEMPERATURE, TOP_P = 0.6, 0.9
@@ -83,14 +83,14 @@ class CircuitBreaker:
             self.opened_at = self.clock()  # (re)opened: a failed probe waits another cool-down
 
 
-class OpenAIWriter(ReplyWriter):
+class OpenAIWriter(ModelWriter):
     """Writes replies with a chat model on an OpenAI-compatible server."""
 
     name = "openai"
 
     def __init__(self, model: str | None = None, base_url: str | None = None, api_key: str | None = None,
                  timeout_s: float | None = None, max_new_tokens: int = MAX_NEW_TOKENS) -> None:
-        self.interrupts = Interrupts()  # the reply to stop mid-sentence for an urgent cue
+        super().__init__()
         url = (base_url or env_setting("TROUPE_OPENAI_BASE_URL")).rstrip("/")
         if not url:
             raise OpenAIError("the openai backend needs TROUPE_OPENAI_BASE_URL (e.g. http://127.0.0.1:8000/v1)")
@@ -114,12 +114,6 @@ class OpenAIWriter(ReplyWriter):
         self.breaker = CircuitBreaker()
         self._lock = threading.Lock()
         self.label = f"openai:{parts.netloc}:{self.model}:t={TEMPERATURE},top_p={TOP_P}"
-
-    def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
-        return model_reply(self.tokens(persona, prompt), persona, prompt, self.interrupts)
-
-    def interrupt(self, cue_id: str) -> None:
-        self.interrupts.ask(cue_id)
 
     def available(self) -> bool:
         """False while the circuit is open (the actor says no opener before a reply that will fail)."""

@@ -24,8 +24,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from actors.backends.protocols import BackendError, Persona, Prompt, ReplyWriter
-from actors.backends.text import Interrupts, chat_messages, model_reply
+from actors.backends.protocols import BackendError, Persona, Prompt
+from actors.backends.text import ModelWriter, chat_messages
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MAX_NEW_TOKENS = 72      # a reply's budget
@@ -43,7 +43,7 @@ def default_model() -> str:
     return str(Path(spec.origin).parent / DEFAULT_GGUF)
 
 
-class TransformersWriter(ReplyWriter):
+class TransformersWriter(ModelWriter):
     """Writes a role's reply with a local instruct model; English (SmolLM2 writes no Mandarin:
     a role in another language falls back to the scripted replies, or names its own backend)."""
 
@@ -51,7 +51,7 @@ class TransformersWriter(ReplyWriter):
     languages = frozenset({"en"})
 
     def __init__(self, model: str | None = None, max_new_tokens: int = MAX_NEW_TOKENS) -> None:
-        self.interrupts = Interrupts()  # the reply to stop mid-sentence for an urgent cue
+        super().__init__()
         path = Path(model or default_model())
         if not path.exists():
             raise ModelError(f"model not found: {path}")
@@ -71,12 +71,6 @@ class TransformersWriter(ReplyWriter):
         self.model = cast(Any, self.model).to(device).eval()
         self.max_new_tokens = max_new_tokens
         self.label = f"transformers:{path.stem}:greedy:max_new_tokens={max_new_tokens}"
-
-    def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
-        return model_reply(self.tokens(persona, prompt), persona, prompt, self.interrupts)
-
-    def interrupt(self, cue_id: str) -> None:
-        self.interrupts.ask(cue_id)
 
     def tokens(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
         """The reply's text, a token at a time: greedy decoding with the model's cache, on the

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from difflib import SequenceMatcher
 
-from actors.backends.protocols import Persona, Prompt, Sentence, WriterInterrupted
+from actors.backends.protocols import Persona, Prompt, ReplyWriter, Sentence, WriterInterrupted
 
 # A sentence ends at . ! ? (or their full-width forms) and the space after them.
 _END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])[”」』）)]*\s*(?=\S)")
@@ -267,7 +267,9 @@ class Interrupts:
         try:
             for piece in source:
                 with self._lock:
-                    asked, self._cue = self._cue == cue_id, None if self._cue == cue_id else self._cue
+                    asked = self._cue == cue_id
+                    if asked:
+                        self._cue = None  # answered: a later reply of the same cue is not stopped by it
                 if asked:
                     raise WriterInterrupted("stopped mid-sentence: an urgent cue takes the writer")
                 yield piece
@@ -275,6 +277,25 @@ class Interrupts:
             close = getattr(source, "close", None)
             if close is not None:
                 close()
+
+
+class ModelWriter(ReplyWriter):
+    """A writer on a model that streams tokens (``tokens``): its reply is the guarded sentences of
+    them (``model_reply``), stopped mid-sentence when an urgent cue asks (``interrupt``).
+    Subclasses call ``super().__init__()``."""
+
+    def __init__(self) -> None:
+        self.interrupts = Interrupts()  # the reply to stop mid-sentence for an urgent cue
+
+    def tokens(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
+        """The reply's text as the model writes it; closing the iterator stops the model."""
+        raise NotImplementedError
+
+    def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
+        return model_reply(self.tokens(persona, prompt), persona, prompt, self.interrupts)
+
+    def interrupt(self, cue_id: str) -> None:
+        self.interrupts.ask(cue_id)
 
 
 def model_reply(pieces: Iterable[str], persona: Persona, prompt: Prompt,

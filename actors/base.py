@@ -87,6 +87,10 @@ class Actor:
     plays_replays: ClassVar[bool] = False
     # Publish per-run observations (hop latency, handler time, queues) for the QoS actor.
     observed: ClassVar[bool] = True
+    # One per deployment, its state the whole of each run's (the director, lipsync, render): it
+    # runs under a lease (a standby waits for it), and a process that starts it while shows are
+    # on air rebuilds their state from the streams first (``actors.runtime.takeover``).
+    takes_over: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -121,6 +125,15 @@ class ClockedActor(Actor):
 
     # Run ticks in a worker thread (handlers may still run on the event loop).
     blocking_tick: ClassVar[bool] = False
+    # Outputs only this actor publishes, whose show times say how far its clock has run: taken
+    # over, its clock is run up to the last of them (its decisions are its state).
+    clock_marks: ClassVar[tuple[type[Event], ...]] = ()
+    # Taken over, the last output of this type of each run is handed to ``resume`` (the renderer
+    # goes on from the frame after the last one stored).
+    resumes_from: ClassVar[type[Event] | None] = None
+
+    def resume(self, run: str, last: Event) -> None:
+        """Taken over mid-run: ``last`` is the run's last stored output of type ``resumes_from``."""
 
     def next_tick(self, run: str) -> int | None:
         """Show time (ms) at which ``tick`` is next due for a run, or None."""
@@ -204,3 +217,9 @@ class BatchActor(Actor):
     def consume_batch(self, items: Sequence[Arrival]) -> None:
         """Take one fetched batch; the runtime acks it after this returns."""
         raise NotImplementedError
+
+    def outage(self, exc: BaseException) -> bool:
+        """Whether a failed batch failed because something the actor needs is away (the store
+        down or locked): then the runtime holds the batch, keeps its messages from being
+        redelivered, and tries it again until it goes through, never dead-letters it."""
+        return False

@@ -8,6 +8,7 @@ controls, so re-execution hands them over in the order the director took them.""
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 import unicodedata
@@ -15,6 +16,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from actors.backends.llm_scripted import ScriptedLLM
+from actors.backends.protocols import Persona, Prompt, Sentence
 from actors.base import ClockedActor, Context
 from actors.floor import ShowFloor, held_back
 from events.base import Event, derive_id
@@ -27,8 +30,8 @@ from events.danmaku import (
     RolePaceMeasured,
 )
 from events.run import RunEnded, RunStarted
-from events.show import Show, blocked, show_from_dict
-from events.utterance import UtteranceDropped
+from events.show import RoleSpec, Show, blocked, show_from_dict
+from events.utterance import UtteranceChunk, UtteranceDropped
 from infra.settings import Settings, for_run
 from schedulers.pace import Pace, paced
 from schedulers.stage import ADDRESSED, COMMENT, GIFT, MODERATOR, Decision, StagePlan, StagePolicy
@@ -53,6 +56,8 @@ def _mentions(keyword: str, folded: str, words: set[str]) -> bool:
     return keyword in words if keyword.isascii() else keyword in folded
 
 
+OPENERS_KEPT = 3  # a role's last openers in a run: none of them is said again next
+_SCRIPTED = ScriptedLLM()  # the openers' library (pure: the run's seed and the cue pick one)
 # A reply whose speech is estimated to start this soon is left to be said: it may already be on air.
 SUPERSEDE_MARGIN_MS = 500
 
@@ -136,6 +141,7 @@ class _RunState:
     caps: dict[str, int] = field(default_factory=dict)            # role -> its longest reply, by its pace
     recent: deque[_Recent] = field(default_factory=lambda: deque(maxlen=64))
     waiting: dict[str, _Waiting] = field(default_factory=dict)  # danmaku id -> it and its duplicates
+    openers: dict[str, deque[str]] = field(default_factory=dict)  # role -> its last openers
 
 
 class Director(ClockedActor):
@@ -144,8 +150,10 @@ class Director(ClockedActor):
     name = "director"
     consumes = (DanmakuReceived, OperatorControl, RolePaceMeasured, RunStarted, RunEnded)
     emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, SegmentStarted, ControlApplied, StagePaced,
-             UtteranceDropped)
+             UtteranceChunk, UtteranceDropped)
     accepts_unknown_runs = True
+    takes_over = True
+    clock_marks = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, SegmentStarted, ControlApplied, StagePaced)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -357,6 +365,15 @@ class Director(ClockedActor):
             priority=_priority(spec.weight, event.kind, settings.interrupt_priority, d.urgent),
             deadline_ms=now + settings.cue_deadline_ms, max_sentences=sentences, heard_ms=d.candidate.arrival_ms,
         )
+        opener = self._opener(state, spec, cue)
+        said: list[Event] = []
+        if opener is not None:
+            cue = dataclasses.replace(cue, opener=str(opener))
+            said.append(UtteranceChunk(
+                id=cue.derive("chunk0"), run=cue.run, role=role, causation=cue.id, correlation=cue.correlation,
+                t_ms=now, utterance=cue.id, seq=0, text=str(opener), language=spec.language, last=False,
+                priority=cue.priority, deadline_ms=cue.deadline_ms, emotion=opener.emotion or "neutral",
+            ))
         speech = state.plan.policy.estimate_ms(sentences)
         start = max(now, state.busy_until.get(role, 0))
         state.busy_until[role] = start + speech
@@ -367,7 +384,25 @@ class Director(ClockedActor):
             id=e.derive("merged"), run=e.run, role=None, causation=e.id, correlation=e.id, t_ms=now,
             cue=cue.id, user=e.user, text=e.text, heard_ms=d.candidate.arrival_ms,
         ) for e in waiting.attached.values()]
-        return [cue, *merged]
+        return [cue, *said, *merged]
+
+    @staticmethod
+    def _opener(state: _RunState, spec: RoleSpec, cue: CueIssued) -> Sentence | None:
+        """What the role says at once while a model writes its reply to a viewer: a short line that
+        fits the comment (the role's own openers, else the scripted library's), none of the role's
+        last ones again.  Sent to TTS with the cue, so a voice is on stage as soon as the floor
+        frees, whatever the llm worker is busy with ("Ha, nice try, alice!" for a comment that
+        tries to steer the writer: the scripted writer deflects the rest).  None where the role's
+        writer is instant (scripted), or with ``TROUPE_OPENERS=off``."""
+        settings = state.settings
+        if settings.openers == "off" or (spec.llm_backend or settings.llm_backend) == "scripted":
+            return None
+        persona = Persona(spec.id, spec.name, spec.persona, spec.language, spec.keywords, spec.llm_adapter)
+        prompt = Prompt(cue_id=cue.id, user=cue.user, text=cue.text, seed=state.run.seed)
+        recent = state.openers.setdefault(spec.id, deque(maxlen=OPENERS_KEPT))
+        opener = _SCRIPTED.opener(persona, prompt, avoid=tuple(recent), choices=spec.llm_openers)
+        recent.append(str(opener))
+        return opener
 
     def _reject_reason(self, event: DanmakuReceived, ctx: Context) -> tuple[str, str] | None:
         if ctx.run is None:

@@ -17,11 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.base import Actor, Context
+from actors.faces import Change, FacePlanner
 from actors.visemes import viseme_for
 from events.audio import AudioChunk
 from events.base import Event
+from events.run import RunStarted
+from events.show import show_from_dict
 from events.utterance import UtteranceDropped
-from events.viseme import VisemeCut, VisemeMark, VisemeTrack
+from events.viseme import FaceChanged, VisemeCut, VisemeMark, VisemeTrack
 from infra.settings import Settings, for_run
 
 ANTICIPATION_MS = 20
@@ -63,6 +66,7 @@ def visemes_of(chunk: AudioChunk, start_ms: int) -> tuple[VisemeMark, ...]:
 @dataclass(slots=True)
 class _Utterance:
     id: str
+    role: str = ""
     next_key: tuple[int, int] = (0, 0)
     pending: dict[tuple[int, int], AudioChunk] = field(default_factory=dict)
     cursor_ms: int | None = None
@@ -82,6 +86,8 @@ class _Stage:
     waiting: deque[_Utterance] = field(default_factory=deque)
     known: dict[str, _Utterance] = field(default_factory=dict)
     on_air: list[_Utterance] = field(default_factory=list)  # placed speech that may not be over yet
+    faces: FacePlanner | None = None
+    ease_ms: int = 0
 
 
 class LipsyncActor(Actor):
@@ -89,7 +95,8 @@ class LipsyncActor(Actor):
 
     name = "lipsync"
     consumes = (AudioChunk, UtteranceDropped)
-    emits = (VisemeTrack, VisemeCut, UtteranceDropped)
+    emits = (VisemeTrack, VisemeCut, FaceChanged, UtteranceDropped)
+    takes_over = True
 
     def __init__(self, lead_ms: int = 0) -> None:
         self.lead_ms = lead_ms
@@ -111,7 +118,7 @@ class LipsyncActor(Actor):
         out: list[Event] = []
         if utt is None:
             utt = stage.known[event.utterance] = _Utterance(
-                event.utterance, priority=event.priority, deadline_ms=event.deadline_ms,
+                event.utterance, role=event.role or "", priority=event.priority, deadline_ms=event.deadline_ms,
             )
             stage.waiting.append(utt)
             out += self._interrupt(stage, utt, event, ctx)
@@ -151,6 +158,9 @@ class LipsyncActor(Actor):
                 ),
                 VisemeCut(id=chunk.derive(f"cutat:{cut.id}"), role=None, utterance=cut.id, at_ms=at, by=utt.id, **common),
             ]
+            planner = _planner(stage, ctx.run)
+            if planner is not None and cut.first_ms is not None:
+                out += _face_events(planner.cut(cut.role, at), stage, chunk, f"cutface:{cut.id}", ctx.now_ms, cut.id)
         if stage.speaking is not None and stage.speaking.priority < threshold:
             stage.speaking = None
         stage.on_air = [u for u in stage.on_air if u.priority >= threshold]
@@ -172,7 +182,12 @@ class LipsyncActor(Actor):
             utt.dropped_from = event.from_seq
         for key in [k for k in utt.pending if k[0] >= event.from_seq]:
             del utt.pending[key]
-        return self._advance(stage, ctx)
+        out: list[Event] = []
+        planner = _planner(stage, ctx.run)
+        if (planner is not None and utt.cursor_ms is not None and not utt.done
+                and utt.dropped_from <= utt.next_key[0]):  # it spoke, and nothing more of it will come
+            out += _face_events(planner.finished(utt.role, utt.cursor_ms), stage, event, "face", ctx.now_ms, utt.id)
+        return out + self._advance(stage, ctx)
 
     def _advance(self, stage: _Stage, ctx: Context) -> list[Event]:
         now_ms = ctx.now_ms
@@ -207,7 +222,14 @@ class LipsyncActor(Actor):
                 stage.speaking = None
                 out.append(self._drop(utt, chunk, now_ms, f"the show ends at {end_ms} ms", chunk.seq))
                 continue
-            out.append(self._place(utt, chunk, now_ms, stage))
+            track = self._place(utt, chunk, now_ms, stage)
+            out.append(track)
+            planner = _planner(stage, ctx.run)
+            if planner is not None:
+                changes = planner.spoken(track.role or "", track.start_ms, track.end_ms, chunk.text, chunk.emotion,
+                                         first=utt.tracks == 1, sentence=chunk.part == 0, last=chunk.last)
+                out += _face_events(changes, stage, chunk, "face", now_ms, utt.id)
+                planner.forget_before(now_ms - 60_000)  # bounded over hours: only what is still in force
             utt.next_key = (chunk.seq + 1, 0) if chunk.part_last else (chunk.seq, chunk.part + 1)
             if chunk.last:
                 utt.done = True
@@ -240,3 +262,23 @@ class LipsyncActor(Actor):
             audio=chunk.id, seq=utt.tracks - 1, start_ms=start, end_ms=end, text=chunk.text,
             visemes=visemes_of(chunk, start), last=chunk.last, chunk=chunk.seq, chunk_done=chunk.part_last,
         )
+
+
+def _planner(stage: _Stage, run: RunStarted | None) -> FacePlanner | None:
+    """The run's face planner, made when its first speech is placed (None without a run)."""
+    if stage.faces is None and run is not None:
+        settings = for_run(DEFAULTS, run.config)
+        roles = [(r.id, r.name) for r in show_from_dict(run.show).roles]
+        stage.faces = FacePlanner(roles, settings.face_hold_ms, settings.face_linger_ms)
+        stage.ease_ms = settings.face_ease_ms
+    return stage.faces
+
+
+def _face_events(changes: list[Change], stage: _Stage, cause: Event, tag: str, now_ms: int,
+                 utterance: str) -> list[Event]:
+    """The planner's decisions as ``viseme.face`` events, caused by the audio that made them."""
+    return [FaceChanged(
+        id=cause.derive(f"{tag}{k}"), run=cause.run, role=c.role, causation=cause.id, correlation=cause.correlation,
+        t_ms=now_ms, start_ms=c.start_ms, expression=c.expression, look=c.look, gesture=c.gesture,
+        ease_ms=stage.ease_ms if c.expression or c.look else 0, reason=c.reason, utterance=utterance,
+    ) for k, c in enumerate(changes)]

@@ -6,7 +6,10 @@ sentences are released to TTS through the throttle as the writer streams them: t
 at once, each next one while the text released and not yet spoken (placed by lipsync)
 stays within the window the QoS actor sets (4-16 tokens, shrinking as the TTS buffer
 fills).  A sentence goes out once the writer has yielded the next one (or ended), because its
-chunk says whether it is the reply's last.
+chunk says whether it is the reply's last.  A reply to a viewer written by a model begins with
+the opener the director sent to TTS with the cue (its chunk 0): the writer goes on from it, and
+once the opener is out the reply is finished even when the writer is behind (by the scripted
+writer, at once).
 """
 
 from __future__ import annotations
@@ -48,7 +51,6 @@ from schedulers.throttle import ThrottlePolicy, releasable
 _UNREAD = Sentence("")  # the next sentence has not been asked for yet
 CONTEXT_LINES = 6  # the last sentences spoken on stage a writer is given
 WRITTEN_KEPT = 32  # replies remembered per run, for the follow-ups that answer them
-OPENERS_KEPT = 3   # a role's openers remembered per run: none of them is said again next
 PACE_SAMPLES = 12  # a role's pace is taken over its last replies (and sentences spoken)
 PACE_CHANGE = 0.15  # a new pace is told when a number moved this much (and at least PACE_CHANGE_MS)
 PACE_CHANGE_MS = 150
@@ -67,6 +69,9 @@ class _Held:
     released: int = 0
     spoken: int = 0
     spoken_chunks: set[int] = field(default_factory=set)
+    stand_in: bool = False  # the scripted line was said in place of the writer's (it wrote nothing sayable)
+    begun: bool = False     # the writer has written its first sentence
+    slow: bool = False      # it had not by ``llm_first_sentence_ms``: it was stopped
 
 
 @dataclass(slots=True)
@@ -81,7 +86,6 @@ class _Pace:
     replies: int = 0
     told: RolePaceMeasured | None = None
     spoken: dict[tuple[str, int], int] = field(default_factory=dict)  # (utterance, chunk) -> ms placed so far
-    opened: dict[str, None] = field(default_factory=dict)  # utterances that began with an opener (oldest first)
 
     def measured(self, run: str, role: str) -> RolePaceMeasured:
         return RolePaceMeasured(
@@ -111,7 +115,7 @@ class _Cue:
     prompt: Prompt
     limit: int
     writer: ReplyWriter
-    opener: Sentence | None = None  # said first, while the writer writes
+    opener: Sentence | None = None  # the cue's chunk 0, sent by the director: the writer goes on from it
 
 
 class LLMActor(ScheduledActor):
@@ -127,6 +131,9 @@ class LLMActor(ScheduledActor):
         self.settings = settings
         self.backends = backends
         self.writer = writer if writer is not None else backends.reply_writer(settings.llm_backend)
+        # The emotion classifier (a small embedding model) loads now, with the actor, not with the
+        # show's first line: loaded then, on a busy machine it held that line back for seconds.
+        emotion_classifier()
         # The writers roles name in the show file (backend, model), built on first use.
         self._writers: dict[tuple[str, str | None], ReplyWriter] = {}
         self._spoken: dict[str, deque[tuple[str, str, str]]] = {}  # run -> (utterance, role, text) on stage
@@ -137,23 +144,26 @@ class LLMActor(ScheduledActor):
         self._held: dict[str, dict[str, _Held]] = {}  # run -> utterance -> text not yet released
         # run -> utterance -> what this actor wrote for it (a follow-up answers one of them)
         self._written: dict[str, dict[str, str]] = {}
-        self._openers: dict[str, dict[str, deque[str]]] = {}  # run -> role -> its last openers
         self._pace: dict[str, dict[str, _Pace]] = {}  # run -> role -> its measured pace
         # Urgent cues (a gift, a moderator line) noticed and not yet taken up: the reply being
         # written stops for them (set on the event loop, read on the worker thread).
         self._urgent: dict[str, tuple[str, int]] = {}  # cue id -> its run and seq (the director's order)
         self._cancelled: set[str] = set()  # cues dropped whole before or while they are written
         self._writing: tuple[CueIssued, ReplyWriter] | None = None  # the reply an urgent cue stops mid-sentence
+        self._opened: dict[str, None] = {}  # cues that began with an opener (their chunk 0), oldest first
         self._urgent_lock = threading.Lock()
 
     def work(self, event: Event, ctx: Context) -> Work | None:
         if not isinstance(event, CueIssued):
             return None
         factor = self.factors.get(event.run, {}).get(event.role or "", 1.0)
+        # A cue whose opener is out is answered even when its writer is behind (see ``_cue``).
         return Work(event.role or "", tokens=tokens_of(event.text), weight=event.priority * factor,
-                    deadline_ms=event.deadline_ms)
+                    deadline_ms=0 if event.opener else event.deadline_ms)
 
     def noticed(self, event: Event) -> None:
+        if isinstance(event, CueIssued) and event.opener:
+            self._note_opened(event)
         if isinstance(event, CueIssued) and event.priority >= self.settings.interrupt_priority:
             with self._urgent_lock:
                 self._urgent[event.id] = (event.run, event.seq)
@@ -167,6 +177,13 @@ class LLMActor(ScheduledActor):
                 self._cancelled.add(event.utterance)
                 if len(self._cancelled) > 4096:  # bounded: the oldest matter no more
                     self._cancelled.pop()
+
+    def _note_opened(self, event: CueIssued) -> None:
+        """A cue's chunk 0 is its opener (the director sent it): its speech is an opener's."""
+        with self._urgent_lock:
+            self._opened[event.id] = None
+            while len(self._opened) > WRITTEN_KEPT * 4:
+                del self._opened[next(iter(self._opened))]
 
     def _cancelled_cue(self, event: CueIssued) -> bool:
         with self._urgent_lock:
@@ -196,11 +213,11 @@ class LLMActor(ScheduledActor):
 
     def holds(self, run: str) -> bool:
         return any(run in per_run for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken,
-                                                     self._written, self._openers, self._pace))
+                                                     self._written, self._pace))
 
     def release(self, run: str) -> None:
         for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken, self._written,
-                        self._openers, self._pace):
+                        self._pace):
             per_run.pop(run, None)
 
     def close(self) -> None:
@@ -255,30 +272,63 @@ class LLMActor(ScheduledActor):
         """What the writer writes, or the cue's own text when it is said word for word."""
         return verbatim_sentences(cue.event.text) if cue.event.verbatim else cue.writer.stream(cue.persona, cue.prompt)
 
-    @staticmethod
-    def _opened(cue: _Cue, sentences: Iterable[str]) -> Iterator[str]:
-        """The reply with its opener first: out at once, before the writer's first sentence."""
-        if cue.opener is not None:
-            yield cue.opener
-        yield from sentences
-
-    def _or_scripted(self, cue: _Cue, sentences: Iterable[str]) -> Iterator[str]:
+    def _or_scripted(self, cue: _Cue, sentences: Iterable[str], held: _Held) -> Iterator[str]:
         """The writer's sentences; where a model wrote nothing the guards let through (an echo, a
-        copy of the stage, another language), the scripted writer's line for the same prompt, so
-        that the turn is not silent."""
+        copy of the stage, another language), or had written nothing by ``llm_first_sentence_ms``
+        (it is stopped), the scripted writer's line for the same prompt, so that the turn is not
+        silent."""
         source = iter(sentences)
-        said = False
+        model = not cue.event.verbatim and not getattr(cue.writer, "instant", False)
+        timer = self._first_sentence_timer(cue, held) if model else None
         try:
             for sentence in source:
-                said = True
+                with self._urgent_lock:
+                    held.begun = True
+                if timer is not None:
+                    timer.cancel()
                 yield sentence
+        except WriterInterrupted:
+            with self._urgent_lock:
+                slow = held.slow
+            if not slow:
+                raise  # an urgent cue took the writer
+            if held.begun:
+                return  # stopped just as its first sentence came: the reply ends with it
         finally:
+            if timer is not None:
+                timer.cancel()
             close = getattr(source, "close", None)
             if close is not None:
                 close()
-        if not said and not cue.event.verbatim and not getattr(cue.writer, "instant", False):
-            log.info("%s: the %s writer wrote nothing to say: the scripted line instead", cue.event.id, cue.writer.name)
+        if not held.begun and model:
+            if held.slow:
+                log.info("%s: the %s writer wrote no sentence in %d ms: the scripted line instead", cue.event.id,
+                         cue.writer.name, self.settings.llm_first_sentence_ms)
+            else:
+                log.info("%s: the %s writer wrote nothing to say: the scripted line instead", cue.event.id,
+                         cue.writer.name)
+            held.stand_in = True
             yield from self._built("scripted", None).stream(cue.persona, cue.prompt)
+
+    def _first_sentence_timer(self, cue: _Cue, held: _Held) -> threading.Timer | None:
+        """Stops the writer (at its next token) when it has no sentence by ``llm_first_sentence_ms``:
+        a model slowed down by a loaded machine does not keep the stage silent."""
+        interrupt = getattr(cue.writer, "interrupt", None)
+        budget = self.settings.llm_first_sentence_ms
+        if interrupt is None or not budget:
+            return None
+
+        def too_slow() -> None:
+            with self._urgent_lock:
+                if held.begun:
+                    return
+                held.slow = True
+            interrupt(cue.event.id)
+
+        timer = threading.Timer(budget / 1000, too_slow)
+        timer.daemon = True
+        timer.start()
+        return timer
 
     def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Handled]:
         """One role's cues: the writer gets their prompts in one call (per persona), and each
@@ -314,7 +364,8 @@ class LLMActor(ScheduledActor):
                 id=event.derive("dropped"), t_ms=ctx.now_ms, utterance=event.id,
                 reason=f"gave way before it was written: the urgent cue {urgent} takes the writer", **common,
             )]
-        if event.deadline_ms and ctx.now_ms > event.deadline_ms:
+        late = bool(event.deadline_ms) and ctx.now_ms > event.deadline_ms
+        if late and not event.opener:
             return [UtteranceDropped(
                 id=event.derive("dropped"), t_ms=ctx.now_ms, utterance=event.id,
                 reason=f"deadline passed {ctx.now_ms - event.deadline_ms} ms before writing", **common,
@@ -338,27 +389,15 @@ class LLMActor(ScheduledActor):
         scripted = self._built("scripted", None)
         if not event.verbatim and not event.self_driven and scripted.is_injection(event.text):  # type: ignore[attr-defined]
             writer = scripted  # a comment steering the writer is never shown to a model: it is deflected
-        opener = self._opener(event, role, persona, prompt, writer)
+        opener = Sentence(event.opener, last=False) if event.opener else None
         if opener is not None:
-            prompt = dataclasses.replace(prompt, opener=str(opener))
+            self._note_opened(event)
+            prompt = dataclasses.replace(prompt, opener=event.opener)
+            if late:  # its opener is on stage: the rest comes at once, from the scripted writer
+                log.info("%s: the writer is %d ms behind the cue's deadline: the scripted line after its opener",
+                         event.id, ctx.now_ms - event.deadline_ms)
+                writer = scripted
         return _Cue(event, role, persona, prompt, limit, writer, opener)  # limit: the stage's room
-
-    def _opener(self, event: CueIssued, role: RoleSpec, persona: Persona, prompt: Prompt,
-                writer: ReplyWriter) -> Sentence | None:
-        """What the role says at once while a model writes its reply to a viewer: a short line that
-        fits the comment (the role's own openers, else the scripted writer's), none repeated
-        back to back.  None for a writer that is instant or known to be down, a line said word
-        for word, a line of the show's own, or with ``TROUPE_OPENERS=off``."""
-        if self.settings.openers == "off" or event.verbatim or event.self_driven or getattr(writer, "instant", False):
-            return None
-        available = getattr(writer, "available", None)
-        if available is not None and not available():
-            return None  # a server known to be down: the cue is dropped without a line begun
-        scripted = self._built("scripted", None)
-        recent = self._openers.setdefault(event.run, {}).setdefault(role.id, deque(maxlen=OPENERS_KEPT))
-        opener = scripted.opener(persona, prompt, avoid=tuple(recent), choices=role.llm_openers)  # type: ignore[attr-defined]
-        recent.append(str(opener))
-        return opener  # type: ignore[no-any-return]
 
     def _own_line(self, event: CueIssued, show: Show) -> dict[str, Any]:
         """What a writer is told of a line of the show's own: its kind, the segment and its
@@ -381,9 +420,11 @@ class LLMActor(ScheduledActor):
         held = _Held()
         self._held.setdefault(run, {})[event.id] = held
         texts: list[tuple[str, bool]] = []
-        stream = self._or_scripted(cue, sentences)
-        if cue.opener is not None:
-            stream = self._opened(cue, stream)
+        if cue.opener is not None:  # chunk 0, sent with the cue: outside this reply's throttle
+            texts.append((str(cue.opener), False))
+            held.tokens[0] = 0
+            held.spoken_chunks.add(0)
+        stream = self._or_scripted(cue, sentences, held)
         marks: list[float] = [time.perf_counter()]  # when writing began, then each sentence
         if event.priority < self.settings.interrupt_priority and not event.verbatim:
             with self._urgent_lock:
@@ -416,7 +457,8 @@ class LLMActor(ScheduledActor):
         held.completed = UtteranceCompleted(
             id=event.derive("completed"), t_ms=ctx.now_ms, utterance=event.id,
             text=said, chunks=len(texts),
-            backend=getattr(cue.writer, "label", cue.writer.name), blocked=sum(b for _, b in texts),
+            backend="scripted" if held.stand_in else getattr(cue.writer, "label", cue.writer.name),
+            blocked=sum(b for _, b in texts),
             **_common(event),
         )
         if not event.verbatim:
@@ -428,13 +470,10 @@ class LLMActor(ScheduledActor):
         event = cue.event
         pace = self._pace.setdefault(event.run, {}).setdefault(cue.role.id, _Pace())
         pace.backend = cue.writer.name
-        first = 2 if cue.opener is not None else 1  # the opener is out at once: the model's own first
-        if len(marks) > first:
-            pace.first.append(int((marks[first] - marks[0]) * 1000))
-            pace.write.extend(int((b - a) * 1000) for a, b in zip(marks[first:], marks[first + 1:], strict=False))
+        if len(marks) > 1:
+            pace.first.append(int((marks[1] - marks[0]) * 1000))
+            pace.write.extend(int((b - a) * 1000) for a, b in zip(marks[1:], marks[2:], strict=False))
             pace.replies += 1
-        if cue.opener is not None:
-            pace.opened[event.id] = None
         return self._tell_pace(event, cue.role.id, ctx)
 
     def _tell_pace(self, cause: Event, role: str, ctx: Context) -> list[Event]:
@@ -462,7 +501,7 @@ class LLMActor(ScheduledActor):
                 marks.append(time.perf_counter())
             return text
 
-        limit = cue.limit + (cue.opener is not None)  # the opener is part of the reply, not of its room
+        limit = cue.limit + len(texts)  # the opener is part of the reply, not of its room
         text = read() if cue.limit > 0 else None
         while text is not None:
             seq = len(texts)
@@ -599,9 +638,9 @@ class LLMActor(ScheduledActor):
         if not track.chunk_done:
             return []
         spoken = pace.spoken.pop(key)
-        (pace.opener if track.chunk == 0 and track.utterance in pace.opened else pace.speech).append(spoken)
-        while len(pace.opened) > WRITTEN_KEPT:
-            del pace.opened[next(iter(pace.opened))]
+        with self._urgent_lock:
+            opener = track.chunk == 0 and track.utterance in self._opened
+        (pace.opener if opener else pace.speech).append(spoken)
         return self._tell_pace(track, track.role or "", ctx)
 
 

@@ -21,7 +21,7 @@ from actors.base import Arrival, BatchActor, Input
 from events.danmaku import DanmakuRejected
 from events.subjects import FAMILIES
 from infra.metrics import Metrics
-from store.recorder import EventWriter, Recorded
+from store.recorder import EventWriter, Recorded, store_away
 
 TURNED_AWAY_IDS = 100_000  # how many ids of events not stored are remembered (their effects are not stored)
 
@@ -39,9 +39,25 @@ class RecorderActor(BatchActor):
         self.writer = writer
         self.metrics = metrics
         self._away: OrderedDict[str, None] = OrderedDict()
+        # Batches being written (or held by a store outage, tried again until written): the
+        # emission time of each one's oldest event.  The lag is read when scraped.
+        self._unwritten: dict[int, int] = {}
+        self._committed_lag = 0.0
+        if metrics is not None:
+            metrics.recorder_lag.set_function(self.lag_s)
+
+    def lag_s(self) -> float:
+        """How far the store is behind: the age of the oldest event not yet written, else the age
+        of the newest event at the last commit."""
+        oldest = min(self._unwritten.values(), default=0)
+        if oldest > 0:
+            return max(self._committed_lag, time.time() - oldest / 1000)
+        return self._committed_lag
 
     def consume_batch(self, items: Sequence[Arrival]) -> None:
         """Write one fetched batch; the runtime acks it after this returns."""
+        key = id(items)  # the runtime tries a batch held by an outage again with the same list
+        self._unwritten.setdefault(key, min((i.event.at_ms for i in items if i.event.at_ms > 0), default=0))
         kept: list[Recorded] = []
         passed: list[Recorded] = []
         for item in items:
@@ -49,10 +65,20 @@ class RecorderActor(BatchActor):
                 item.event, item.raw, item.subject, item.stream_seq, item.headers or None, item.stream, item.consumer,
             )
             (kept if self.belongs(item) else passed).append(recorded)
-        self.writer.append(kept, passed=passed)
+        try:
+            self.writer.append(kept, passed=passed)
+        except Exception as exc:
+            if not store_away(exc):  # given up on (redelivered or dead-lettered): no longer waiting here
+                self._unwritten.pop(key, None)
+            raise
+        self._unwritten.pop(key, None)
         newest = max((i.event.at_ms for i in items), default=0)
-        if self.metrics is not None and newest > 0:  # at_ms 0: a producer that did not stamp it
-            self.metrics.recorder_lag.set(max(0.0, time.time() - newest / 1000))
+        if newest > 0:  # at_ms 0: a producer that did not stamp it
+            self._committed_lag = max(0.0, time.time() - newest / 1000)
+
+    def outage(self, exc: BaseException) -> bool:
+        """The store down, unreachable or locked: the batch waits for it (never dead-lettered)."""
+        return store_away(exc)
 
     def belongs(self, item: Arrival) -> bool:
         """Whether an event is stored in its run (see the module's docstring)."""

@@ -12,20 +12,24 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from actors.backends.protocols import RoleLook, RoleState, StageDrawer
 from actors.backends.registry import BACKENDS, render_device
 from actors.base import ClockedActor, Context
+from actors.faces import Face, FaceTimeline, drawn, mark
 from actors.visemes import cut_track
 from events.base import Event, derive_id
-from events.frame import FrameRendered, SpeakingMark
+from events.cue import SegmentStarted
+from events.errors import StoreError
+from events.frame import FaceMark, FrameRendered, SpeakingMark
 from events.qos import FramesObserved, QosObserved, ResolutionChanged
 from events.run import RunEnded, RunStarted
-from events.show import RESOLUTIONS, resolution_name, show_from_dict
-from events.viseme import VisemeCut, VisemeTrack
+from events.show import RESOLUTIONS, Show, resolution_name, show_from_dict
+from events.viseme import FaceChanged, VisemeCut, VisemeTrack
 from infra.settings import Settings, for_run
 from schedulers.baseline import nearest_rank
 
@@ -87,14 +91,20 @@ class _Show:
     window_cost: list[float] = field(default_factory=list)
     window_skipped: int = 0
     cuts: dict[str, int] = field(default_factory=dict)  # interrupted utterance -> where it stopped
+    faces: FaceTimeline | None = None
+    walls: list[tuple[int, str]] = field(default_factory=list)  # (show time, back wall) as segments start
+    spec: Show | None = None   # the run's show
+    catch_up: bool = False  # taken over: the frames nobody drew are drawn late, not skipped
 
 
 class RenderActor(ClockedActor):
     """Viseme tracks and QoS decisions in, stage frames out."""
 
     name = "render"
-    consumes = (RunStarted, RunEnded, VisemeTrack, VisemeCut, ResolutionChanged)
+    consumes = (RunStarted, RunEnded, VisemeTrack, VisemeCut, FaceChanged, SegmentStarted, ResolutionChanged)
     emits = (FrameRendered, FramesObserved, QosObserved)
+    takes_over = True
+    resumes_from = FrameRendered
     blocking_tick = True  # drawing and JPEG run in a thread; taking in visemes stays on the loop
 
     def __init__(self, settings: Settings, device: str | None = None, drawers: Drawers | None = None) -> None:
@@ -118,6 +128,16 @@ class RenderActor(ClockedActor):
     @staticmethod
     def _finished(show: _Show) -> bool:
         return show.frames is not None and show.next_frame >= show.frames
+
+    def resume(self, run: str, last: Event) -> None:
+        """Taken over: go on from the frame after the last one stored.  The frames nobody drew
+        while the show had no renderer are drawn now, late, a batch at a time, so the video
+        and the live output miss none; frames are skipped again once caught up."""
+        show = self._shows.get(run)
+        if show is None or not isinstance(last, FrameRendered):
+            return
+        show.next_frame = last.n + 1
+        show.catch_up = True
 
     def next_tick(self, run: str) -> int | None:
         show = self._shows.get(run)
@@ -154,6 +174,12 @@ class RenderActor(ClockedActor):
             kept = [c for t in show.tracks if (c := (cut_track(t, event.at_ms) if t.utterance == event.utterance else t))]
             show.tracks = kept
             show.starts = [t.start_ms for t in kept]
+        elif isinstance(event, FaceChanged):
+            assert show.faces is not None
+            show.faces.add(event)
+        elif isinstance(event, SegmentStarted):
+            assert show.spec is not None
+            bisect.insort(show.walls, (event.t_ms, show.spec.background_of(event.title)))
         elif isinstance(event, ResolutionChanged):
             show.resolution = event.after
         return ()
@@ -167,7 +193,13 @@ class RenderActor(ClockedActor):
         # A planned length bounds the frames before run.ended arrives: that event is published
         # at the very show time of the first frame past the end, and often handled after it.
         planned = frame_count(run.duration_ms, run.fps) if run.duration_ms > 0 else None
-        self._shows[run.run] = _Show(run, renderer, roles, quality, frames=planned)
+        spec = show_from_dict(run.show)
+        set_background = getattr(renderer, "set_background", None)
+        if set_background is not None:  # every wall built now, not when its segment starts; the show's last
+            for wall in (*spec.backgrounds[1:], spec.background):
+                set_background(wall)
+        self._shows[run.run] = _Show(run, renderer, roles, quality, frames=planned, faces=FaceTimeline(roles, run.seed),
+                                     spec=spec)
 
     def tick(self, ctx: Context) -> Sequence[Event]:
         assert ctx.run is not None
@@ -177,12 +209,17 @@ class RenderActor(ClockedActor):
         due = (ctx.now_ms - self.settings.render_delay_ms) * show.run.fps // 1000
         if show.frames is not None:
             due = min(due, show.frames - 1)
-        if due - show.next_frame >= 2:  # more than a frame behind: drop to the present
-            show.skipped += due - show.next_frame
-            show.window_skipped += due - show.next_frame
-            show.next_frame = due
-        # One frame behind, this frame and the next are both due: drawn together, as one batch.
-        first, count = show.next_frame, 2 if due - show.next_frame == 1 else 1
+        if show.catch_up and due - show.next_frame <= 1:
+            show.catch_up = False  # caught up: from here on, frames are skipped when late
+        if show.catch_up:  # taken over: draw what was missed, a batch at a time
+            first, count = show.next_frame, min(FRAME_BATCH, due - show.next_frame + 1)
+        else:
+            if due - show.next_frame >= 2:  # more than a frame behind: drop to the present
+                show.skipped += due - show.next_frame
+                show.window_skipped += due - show.next_frame
+                show.next_frame = due
+            # One frame behind, this frame and the next are both due: drawn together, as one batch.
+            first, count = show.next_frame, 2 if due - show.next_frame == 1 else 1
         show.next_frame += count
         began = time.perf_counter()
         frames = self._frames(show, range(first, first + count), ctx.now_ms)
@@ -237,22 +274,42 @@ class RenderActor(ClockedActor):
         for n, t in zip(numbers, times, strict=True):
             i = bisect.bisect_right(show.starts, t) - 1
             jobs.append((n, show.tracks[i] if i >= 0 else None))
+        assert show.spec is not None
+        wall = wall_at(show.walls, times[0], show.spec.background)
+        set_background = getattr(show.renderer, "set_background", None)
+        if set_background is not None:
+            set_background(wall)
         slow_ms = self.slow_ms(show)
         return draw_frames(
             show.renderer, show.run, show.roles, jobs, show.quality,
             late_ms=[float(max(0, now_ms - t - self.settings.render_delay_ms)) for t in times],
             # fault injection: a slower renderer
             before_encode=(lambda: time.sleep(slow_ms / 1000)) if slow_ms > 0 else None, memo=show.memo,
+            faces=show.faces,
         )
 
     @staticmethod
-    def _forget_before(show: _Show, t: int) -> None:
+    def _walls_before(show: _Show, t: int) -> None:
+        while len(show.walls) > 1 and show.walls[1][0] <= t:
+            del show.walls[0]
+
+    def _forget_before(self, show: _Show, t: int) -> None:
+        if show.faces is not None:
+            show.faces.forget_before(t)
+        self._walls_before(show, t)
         keep = 0
         while keep < len(show.tracks) - 1 and show.tracks[keep].end_ms < t:
             keep += 1
         if keep:
             del show.tracks[:keep]
             del show.starts[:keep]
+
+
+def wall_at(walls: Sequence[tuple[int, str]], t: int, default: str) -> str:
+    """The back wall at show time ``t``: the last segment started by then's (``walls``: (start,
+    wall) in time order), else the show's."""
+    i = bisect.bisect_right(walls, (t, "\uffff")) - 1
+    return walls[i][1] if i >= 0 else default
 
 
 def frame_time(n: int, fps: int) -> int:
@@ -283,12 +340,13 @@ def shown(track: VisemeTrack | None, t: int) -> tuple[VisemeTrack | None, bool]:
 def draw_frame(
     renderer: StageDrawer, run: RunStarted, roles: Sequence[str], n: int, latest: VisemeTrack | None,
     quality: int, late_ms: float = 0.0, before_encode: Callable[[], None] | None = None,
-    memo: FrameMemo | None = None,
+    memo: FrameMemo | None = None, faces: Faces = None,
 ) -> FrameRendered:
-    """Frame ``n`` of a run given the latest track started by its show time: a pure function of
-    its arguments (the live renderer, re-execution and export all draw through it)."""
+    """Frame ``n`` of a run given the latest track started by its show time and the faces (the
+    run's timeline, or the marks a recorded frame drew): a pure function of its arguments (the
+    live renderer, re-execution and export all draw through it)."""
     return draw_frames(renderer, run, roles, [(n, latest)], quality, [late_ms], before_encode,
-                       memo)[0]
+                       memo, [faces])[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,31 +359,46 @@ class _Shot:
     states: tuple[RoleState, ...]
     marks: tuple[SpeakingMark, ...]
     subtitle: str | None
+    faces: tuple[FaceMark, ...]
 
 
-def _shot(roles: Sequence[str], n: int, fps: int, latest: VisemeTrack | None) -> _Shot:
+Faces = FaceTimeline | tuple[FaceMark, ...] | None  # the run's faces, or those a frame recorded
+
+
+def _shot(roles: Sequence[str], n: int, fps: int, latest: VisemeTrack | None, faces: Faces) -> _Shot:
     t = frame_time(n, fps)
     track, speaking = shown(latest, t)
-    states, marks = [], []
+    states, marks, drawn_faces = [], [], []
+    recorded = {m.role: m for m in faces} if isinstance(faces, tuple) else {}
     for role in roles:
         viseme, lit = "sil", False
         if speaking and track is not None and track.role == role:
             viseme, lit = _viseme_at(track, t), True
             marks.append(SpeakingMark(role, track.correlation or "", viseme))
-        states.append(RoleState(role, viseme, lit))
+        face = Face()
+        if isinstance(faces, FaceTimeline):
+            m = mark(role, faces.face(role, t, lit))
+            drawn_faces.append(m)
+            face = drawn(m)
+        elif role in recorded:
+            drawn_faces.append(recorded[role])
+            face = drawn(recorded[role])
+        states.append(RoleState(role, viseme, lit, face.expression, face.previous, face.blend, face.gaze, face.nod))
     subtitle = track.text if track is not None else None
-    return _Shot(n, t, track, tuple(states), tuple(marks), subtitle)
+    return _Shot(n, t, track, tuple(states), tuple(marks), subtitle, tuple(drawn_faces))
 
 
 def draw_frames(
     renderer: StageDrawer, run: RunStarted, roles: Sequence[str],
     jobs: Sequence[tuple[int, VisemeTrack | None]], quality: int,
     late_ms: Sequence[float] | None = None, before_encode: Callable[[], None] | None = None,
-    memo: FrameMemo | None = None,
+    memo: FrameMemo | None = None, faces: Sequence[Faces] | FaceTimeline | None = None,
 ) -> list[FrameRendered]:
     """What ``draw_frame`` gives for each ``(n, latest track)``, the pictures not in the memo
-    drawn by ``draw_batch`` and encoded by ``encode_batch``, ``frame_batch`` of them a call."""
-    shots = [_shot(roles, n, run.fps, latest) for n, latest in jobs]
+    drawn by ``draw_batch`` and encoded by ``encode_batch``, ``frame_batch`` of them a call.
+    ``faces``: the run's timeline for every frame, or each frame's own."""
+    each = faces if isinstance(faces, Sequence) else [faces] * len(jobs)
+    shots = [_shot(roles, n, run.fps, latest, f) for (n, latest), f in zip(jobs, each, strict=True)]
     used = getattr(renderer, "jpeg_encoder", None)
     encoder = None if used in (None, "simplejpeg") else str(used)  # None: the reproducible CPU encoder
     keys = [renderer.scene_key(s.t, s.states, s.subtitle) + (quality,) if memo is not None else None
@@ -355,7 +428,8 @@ def draw_frames(
         frames.append(FrameRendered(
             id=derive_id(run.id, f"frame{shot.n}"), run=run.run, t_ms=shot.t, n=shot.n, width=width,
             height=height, resolution=resolution_name(height), speaking=shot.marks, late_ms=late,
-            track=shot.track.id if shot.track is not None else None, encoder=encoder, jpeg=jpeg,
+            track=shot.track.id if shot.track is not None else None, faces=shot.faces,
+            background=getattr(renderer, "background", ""), encoder=encoder, jpeg=jpeg,
         ))
     return frames
 
@@ -364,39 +438,61 @@ class Redrawer:
     """Draws a recorded run's frames again (re-execution, export, playback): one renderer per
     resolution, the run's JPEG quality, a memo of recent pictures.  Safe to use from threads."""
 
-    def __init__(self, run: RunStarted, settings: Settings, memo_size: int = 256) -> None:
+    def __init__(self, run: RunStarted, settings: Settings, memo_size: int = 256,
+                 faces: Iterable[Event] = (), segments: Iterable[Event] = ()) -> None:
+        """``faces``: the run's recorded ``viseme.face`` events, in the order they were emitted;
+        ``segments``: its ``cue.segment`` events (for the back wall of frames never drawn)."""
         self.run = run
         self.quality = for_run(settings, run.config).jpeg_quality
         self.memo = FrameMemo(memo_size)
-        self._renderers: dict[str, StageDrawer] = {}
+        self.show = show_from_dict(run.show)
+        self.faces = FaceTimeline.of([r.id for r in self.show.roles], run.seed,
+                                     (e for e in faces if isinstance(e, FaceChanged)))
+        self.walls = sorted((e.t_ms, self.show.background_of(e.title)) for e in segments
+                            if isinstance(e, SegmentStarted))
+        self._renderers: dict[tuple[str, str], StageDrawer] = {}
         self._roles: tuple[str, ...] = ()
         self._lock = threading.Lock()
 
-    def prepare(self, resolution: str) -> None:
-        """Build the renderer of a resolution now (a few hundred ms), not in the middle of drawing."""
+    def prepare(self, resolution: str, background: str = "") -> None:
+        """Build the renderer of a resolution (and back wall) now (a few hundred ms), not in the
+        middle of drawing; each has its own, so that threads draw at once."""
         with self._lock:
-            if resolution not in self._renderers:
-                renderer, self._roles = stage_renderer(self.run)
+            if (resolution, background) not in self._renderers:
+                renderer, self._roles = stage_renderer(self.run, same_art=True)
                 renderer.set_resolution(resolution)
-                self._renderers[resolution] = renderer
+                set_background = getattr(renderer, "set_background", None)
+                if set_background is not None:
+                    set_background(background)
+                self._renderers[(resolution, background)] = renderer
 
-    def draw(self, n: int, latest: VisemeTrack | None, resolution: str) -> FrameRendered:
-        """Frame ``n`` at ``resolution`` given the latest track started by its show time."""
-        self.prepare(resolution)
-        return draw_frame(self._renderers[resolution], self.run, self._roles, n, latest, self.quality, memo=self.memo)
+    def draw(self, n: int, latest: VisemeTrack | None, resolution: str,
+             faces: tuple[FaceMark, ...] | None = None, background: str = "") -> FrameRendered:
+        """Frame ``n`` at ``resolution`` given the latest track started by its show time, the
+        faces the recorded frame drew (None: a frame never drawn; its faces from the run's events)
+        and its back wall."""
+        return self.draw_batch([(n, latest, resolution, faces, background)])[0]
 
-    def draw_batch(
-        self, jobs: Sequence[tuple[int, VisemeTrack | None, str]],
-    ) -> list[FrameRendered]:
-        """What ``draw`` gives for each ``(n, latest track, resolution)``, in order: a resolution's
-        frames drawn and encoded together (``draw_frames``)."""
+    def draw_batch(self, jobs: Sequence[Job]) -> list[FrameRendered]:
+        """What ``draw`` gives for each ``(n, latest track, resolution, faces, back wall)``, in
+        order: a resolution's (and wall's) frames drawn and encoded together (``draw_frames``)."""
         out: list[FrameRendered] = []
-        for resolution, group in itertools.groupby(jobs, key=lambda job: job[2]):
-            self.prepare(resolution)
-            frames = [(n, latest) for n, latest, _ in group]
-            out += draw_frames(self._renderers[resolution], self.run, self._roles, frames,
-                               self.quality, memo=self.memo)
+        for (resolution, wall), group in itertools.groupby(jobs, key=lambda job: (job[2], job[4])):
+            self.prepare(resolution, wall)
+            part = list(group)
+            out += draw_frames(self._renderers[(resolution, wall)], self.run, self._roles,
+                               [(n, t) for n, t, _, _, _ in part], self.quality, memo=self.memo,
+                               faces=[self.faces if f is None else f for _, _, _, f, _ in part])
         return out
+
+    def wall_at(self, t: int) -> str:
+        """The back wall at show time ``t`` by the run's recorded segments (a frame never drawn)."""
+        return wall_at(self.walls, t, self.show.background)
+
+
+# A frame to redraw: its number, the latest track started by then, its resolution, the faces it
+# recorded (None: from the run's faces) and its back wall.
+Job = tuple[int, VisemeTrack | None, str, tuple[FaceMark, ...] | None, str]
 
 
 def batches(items: Sequence[T], size: int = FRAME_BATCH) -> list[Sequence[T]]:
@@ -404,18 +500,40 @@ def batches(items: Sequence[T], size: int = FRAME_BATCH) -> list[Sequence[T]]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def stage_renderer(run: RunStarted, device: str = "cpu",
-                   drawers: Drawers | None = None) -> tuple[StageDrawer, tuple[str, ...]]:
-    """The drawer of a run's stage and its role ids in stage order."""
+def stage_renderer(run: RunStarted, device: str = "cpu", drawers: Drawers | None = None,
+                   same_art: bool = False) -> tuple[StageDrawer, tuple[str, ...]]:
+    """The drawer of a run's stage and its role ids in stage order.  ``same_art``: refuse (a
+    StoreError) where a role's avatar art on disk is not what the run was drawn with."""
     spec = show_from_dict(run.show)
-    looks = [RoleLook(r.id, r.name, r.color, r.shape) for r in spec.roles]
+    if same_art:
+        for r in spec.roles:
+            if r.avatar:
+                _same_art(run, f"role {r.id}'s avatar art", r.avatar, r.avatar_digest)
+        for wall, recorded in spec.art:
+            _same_art(run, "the background", wall, recorded)
+    looks = [RoleLook(r.id, r.name, r.color, r.shape, r.avatar) for r in spec.roles]
     drawer = (drawers or BACKENDS.stage_drawer)(looks, run.resolution, seed=run.seed, device=device)
     return drawer, tuple(r.id for r in spec.roles)
 
 
+def _same_art(run: RunStarted, what: str, path: str, recorded: str) -> None:
+    """Refuse (a StoreError) where the art at ``path`` is not what the run was drawn with."""
+    import hashlib
+
+    from actors.backends.avatar import AvatarError, digest
+
+    try:
+        now = digest(path) if Path(path).is_dir() else hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except (AvatarError, OSError) as exc:
+        raise StoreError(f"run {run.run}: {what} cannot be read ({exc}): its frames cannot be drawn again") from None
+    if now != recorded:
+        raise StoreError(f"run {run.run}: {what} in {path} changed since the run (sha256 {now[:12]}, the run "
+                         f"drew {recorded[:12]}): its frames would not be the same")
+
+
 def _viseme_at(track: VisemeTrack, t: int) -> str:
-    for mark in track.visemes:
-        if mark.start_ms <= t < mark.end_ms:
-            return mark.viseme
+    for shape in track.visemes:
+        if shape.start_ms <= t < shape.end_ms:
+            return shape.viseme
     return "sil"
 

@@ -151,6 +151,6 @@ class TTSActor(ScheduledActor):
                 last=event.last and part_last, priority=event.priority, deadline_ms=event.deadline_ms,
                 sample_rate=speech.sample_rate, offset_ms=offset,
                 duration_ms=len(pcm) * 1000 // (2 * speech.sample_rate), text=event.text,
-                phonemes=marks, pcm=pcm,
+                phonemes=marks, emotion=event.emotion, pcm=pcm,
             ))
         return out

@@ -20,12 +20,13 @@ from sqlalchemy import Engine
 
 from actors.base import Context
 from events.audio import AudioChunk
+from events.cue import SegmentStarted
 from events.errors import StoreError
 from events.frame import FrameRendered
 from events.run import RunEnded
-from events.viseme import VisemeCut, VisemeTrack
+from events.viseme import FaceChanged, VisemeCut, VisemeTrack
 from infra.settings import Settings
-from store.queries import iter_rows, run_info, run_started
+from store.queries import in_stream_order, iter_rows, run_info, run_started
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,19 +56,22 @@ def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int
     total = frame_count(duration_ms, start.fps)
     if total <= 0:
         raise StoreError(f"run {run!r} has nothing to export (no duration, no frames, no speech)")
-    redraw = Redrawer(start, settings)
+    redraw = Redrawer(start, settings, faces=(r.event for r in in_stream_order(rows, FaceChanged)),
+                      segments=(r.event for r in rows if isinstance(r.event, SegmentStarted)))
     jobs = []
     resolution = start.resolution
     for n in range(total):
         frame = recorded.get(n)
+        faces = None  # a frame never drawn: its faces from the run's viseme.face events, its wall by the rundown
+        wall = redraw.wall_at(n * 1000 // start.fps)
         if frame is not None:
-            resolution = frame.resolution
+            resolution, faces, wall = frame.resolution, frame.faces, frame.background
             track = by_id.get(frame.track) if frame.track else None
         else:
             i = bisect.bisect_right(starts, n * 1000 // start.fps) - 1
             track = tracks[i] if i >= 0 else None
-        redraw.prepare(resolution)
-        jobs.append((n, track, resolution))
+        redraw.prepare(resolution, wall)
+        jobs.append((n, track, resolution, faces, wall))
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

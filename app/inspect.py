@@ -22,7 +22,7 @@ from events.errors import StoreError
 from events.frame import FrameRendered
 from events.run import RunStarted
 from events.utterance import UtteranceDropped
-from events.viseme import VisemeCut
+from events.viseme import FaceChanged, VisemeCut
 from store.queries import Row, iter_rows, run_info
 
 DECISIONS = frozenset({"qos.resolution_changed", "qos.throttle_changed", "qos.anomaly", "role.weights_changed"})
@@ -153,6 +153,28 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
                          "opener_ms": e.opener_ms, "max_sentences": e.max_sentences, "reason": e.reason}
                         for e in (r.event for r in rows) if isinstance(e, StagePaced)],
         },
+        "faces": _faces(rows),
+    }
+
+
+def _faces(rows: Sequence[Row]) -> dict[str, Any]:
+    """What the faces did (``viseme.face``): per role, the expressions it took, the roles it
+    turned to and its nods; and the first changes, each with its reason."""
+    changes = sorted((e for e in (r.event for r in rows) if isinstance(e, FaceChanged)), key=lambda e: e.start_ms)
+    by_role: dict[str, dict[str, Any]] = {}
+    for e in changes:
+        role = by_role.setdefault(e.role or "", {"expressions": Counter(), "looks": Counter(), "nods": 0})
+        if e.expression:
+            role["expressions"][e.expression] += 1
+        if e.look:
+            role["looks"][e.look] += 1
+        role["nods"] += e.gesture == "nod"
+    return {
+        "by_role": {r: {"expressions": dict(v["expressions"]), "looks": dict(v["looks"]), "nods": v["nods"]}
+                    for r, v in by_role.items()},
+        "first": [{"t_ms": e.start_ms, "role": e.role, "change": e.expression or (f"looks at {e.look}" if e.look else
+                                                                                e.gesture), "reason": e.reason}
+                  for e in changes[:12]],
     }
 
 
@@ -242,6 +264,13 @@ def format_report(doc: dict[str, Any]) -> str:
                   + (f", an opener {m['opener_ms']} ms" if m["opener_ms"] else "") + f" ({m['replies']} replies)"
                   for role, m in pace["measured"].items()]
         lines += [f"  {_ms(x['t_ms'])} floor planned: {x['reason']}" for x in pace["planned"]]
+    faces = doc.get("faces") or {}
+    if faces.get("by_role"):
+        lines += ["", "faces (viseme.face: what each role's face did, and why):"]
+        lines += [f"  {role}: " + ", ".join(f"{k} {v}" for k, v in f["expressions"].items())
+                  + ("; looked at " + ", ".join(f"{k} {v}" for k, v in f["looks"].items()) if f["looks"] else "")
+                  + (f"; nodded {f['nods']}" if f["nods"] else "") for role, f in faces["by_role"].items()]
+        lines += [f"  {_ms(x['t_ms'])} {x['role']} {x['change']}: {x['reason']}" for x in faces["first"]]
     for out in doc["outputs"]:
         sent = "-" if out["packets_sent"] is None else out["packets_sent"]
         lines += ["", f"live output {out['output']} {out['target']}: connected {out['connected']}x, "

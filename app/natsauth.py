@@ -38,6 +38,7 @@ from events.subjects import (
     family_filter,
     stream_name,
 )
+from infra.lease import BUCKET as LEASES
 
 API = "$JS.API"
 INBOX = "_INBOX.>"
@@ -89,6 +90,20 @@ def _provision() -> list[str]:
     return [f"{API}.STREAM.{op}.{stream_name(f)}" for f in FAMILIES for op in ("CREATE", "UPDATE")]
 
 
+def _takeover(name: str, cls: type[Actor]) -> list[str]:
+    """What an actor that takes over needs: its lease (a key in the lease bucket), re-making its
+    consumers from their ack floor, and reading back the streams of what it consumes and emits."""
+    kv = f"KV_{LEASES}"
+    out = [f"$KV.{LEASES}.{name}", f"{API}.STREAM.INFO.{kv}", f"{API}.STREAM.CREATE.{kv}", f"{API}.STREAM.UPDATE.{kv}",
+           f"{API}.STREAM.MSG.GET.{kv}", f"{API}.DIRECT.GET.{kv}", f"{API}.DIRECT.GET.{kv}.>"]
+    families = sorted({i.family for i in cls.inputs} | {e.type.split(".", 1)[0] for e in cls.emits} | {"run"})
+    for stream in map(stream_name, families):
+        out += [f"{API}.CONSUMER.CREATE.{stream}", f"{API}.CONSUMER.CREATE.{stream}.>",
+                f"{API}.CONSUMER.MSG.NEXT.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*",
+                f"{API}.STREAM.MSG.GET.{stream}", f"{API}.DIRECT.GET.{stream}", f"{API}.DIRECT.GET.{stream}.>"]
+    return out
+
+
 def actor_user(name: str, cls: type[Actor]) -> User:
     emitted = [e.type for e in cls.emits]
     if cls.observed:
@@ -97,6 +112,8 @@ def actor_user(name: str, cls: type[Actor]) -> User:
         emitted.append(DeadLettered.type)
     publish = [*_events(sorted(set(emitted))), *_stream_info(), *_run_directory(),
                *_consumers(name, [i.family for i in cls.inputs])]
+    if cls.takes_over:
+        publish += _takeover(name, cls)
     subscribe: tuple[str, ...] = (INBOX,)
     if name == "preview":  # its page's input box sends danmaku like any producer (never a
         # moderator line), its buttons the operator's controls (for the token holder), and it

@@ -27,9 +27,9 @@ from events.errors import StoreError
 from events.frame import FrameRendered
 from events.run import RunStarted
 from events.subjects import is_token, subject_for
-from events.viseme import VisemeCut, VisemeTrack
+from events.viseme import FaceChanged, VisemeCut, VisemeTrack
 from infra.bus import publish_raw
-from store.queries import Row, iter_rows, run_info, run_started
+from store.queries import Row, in_stream_order, iter_rows, run_info, run_started
 
 Progress = Callable[[int, int], None]
 WINDOW = 512  # publish acks outstanding at once
@@ -97,7 +97,8 @@ def prepare(
 
     tracks = apply_cuts((r.event for r in everything if isinstance(r.event, VisemeTrack)),
                         (r.event for r in everything if isinstance(r.event, VisemeCut)))
-    redraw = Redrawer(start, load_settings(environ={}), memo_size=64)
+    redraw = Redrawer(start, load_settings(environ={}), memo_size=64,
+                      faces=(r.event for r in in_stream_order(everything, FaceChanged)))
     out: list[Message] = []
     first = [r for r in everything if isinstance(r.event, RunStarted)][:1]
     for row in first + [r for r in wanted if not isinstance(r.event, RunStarted)]:
@@ -108,7 +109,8 @@ def prepare(
             doc["payload"]["replay_of"] = run
             doc["payload"]["started_at_ms"] = started_at_ms if started_at_ms is not None else int(time.time() * 1000)
         if isinstance(e, FrameRendered) and row.blob_digest is not None:
-            blob = redraw.draw(e.n, tracks.get(e.track) if e.track else None, e.resolution).jpeg
+            blob = redraw.draw(e.n, tracks.get(e.track) if e.track else None, e.resolution, e.faces,
+                               e.background).jpeg
         data = orjson.dumps(doc)
         if blob is not None:
             data = codec.frame(data, blob)

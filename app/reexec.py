@@ -38,18 +38,19 @@ from events.audio import AudioChunk
 from events.base import Event
 from events.danmaku import DanmakuReceived, OperatorControl, RolePaceMeasured
 from events.errors import ConfigError
-from events.frame import FrameRendered
+from events.frame import FaceMark, FrameRendered
 from events.run import RunStarted
 from events.utterance import UtteranceDropped
-from events.viseme import VisemeCut, VisemeTrack
+from events.viseme import FaceChanged, VisemeCut, VisemeTrack
 from infra.metrics import Metrics
 from infra.settings import Settings, load_settings
-from store.queries import Row, iter_rows, run_info, run_started
+from store.queries import Row, in_stream_order, iter_rows, run_info, run_started
 
 ACTORS = REEXECUTED
 IGNORED = {"at_ms"}
 IGNORED_PAYLOAD = {"late_ms", "jpeg", "encoder"}
-Job = tuple[int, VisemeTrack | None, str]  # a frame to draw again: n, its track, its resolution
+# A frame to draw again: n, its track, its resolution, the faces it drew, its back wall (actors.render.Job).
+Job = tuple[int, VisemeTrack | None, str, tuple[FaceMark, ...] | None, str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,15 +134,10 @@ class _Recording:
         return tuple(reversed(out))
 
 
-def _handled_in_order(rows: Iterable[Row], kind: type[Event] | tuple[type[Event], ...]) -> list[Row]:
-    """An actor's inputs in the order its consumer was given them (stream order)."""
-    return sorted((r for r in rows if isinstance(r.event, kind)), key=lambda r: (r.stream_seq or 0, r.seq))
-
-
 def _lipsync_inputs(rows: list[Row], rec: _Recording) -> list[Row]:
     """Audio chunks in stream order, with the (rare) dropped replies placed among them by the
     show time they were handled at (a second stream: its order against the first is timing)."""
-    chunks = _handled_in_order(rows, AudioChunk)
+    chunks = in_stream_order(rows, AudioChunk)
     drops = [r for r in rows if isinstance(r.event, UtteranceDropped) and r.event.causation not in
              {c.event.id for c in chunks}]
     if not drops:
@@ -161,7 +157,7 @@ def _director_inputs(rows: list[Row]) -> list[Row]:
     operator's controls and the roles' measured pace) in its order.  The run's end is not fed: the recording ends there, and
     the clock is run up to the last recorded decision instead."""
     started = [r for r in rows if isinstance(r.event, RunStarted)]
-    return started[:1] + _handled_in_order(rows, (DanmakuReceived, OperatorControl, RolePaceMeasured))
+    return started[:1] + in_stream_order(rows, (DanmakuReceived, OperatorControl, RolePaceMeasured))
 
 
 def _heard_at(event: Event) -> int:
@@ -225,19 +221,20 @@ def _frames(run: RunStarted, settings: Settings, rec: _Recording, workers: int) 
     frames = sorted((r for r in rec.rows if isinstance(r.event, FrameRendered)), key=lambda r: r.event.n)  # type: ignore[attr-defined]
     tracks = apply_cuts((r.event for r in rec.rows if isinstance(r.event, VisemeTrack)),
                         (r.event for r in rec.rows if isinstance(r.event, VisemeCut)))
-    redraw = Redrawer(run, settings, memo_size=512)
+    redraw = Redrawer(run, settings, memo_size=512,
+                      faces=(r.event for r in in_stream_order(rec.rows, FaceChanged)))
     jobs: list[tuple[Row, Job]] = []
     for row in frames:
         frame = row.event
         assert isinstance(frame, FrameRendered)
-        redraw.prepare(frame.resolution)
+        redraw.prepare(frame.resolution, frame.background)
         track_row = rec.by_id.get(frame.track) if frame.track else None
         if frame.track and (track_row is None or not isinstance(track_row.event, VisemeTrack)):
             yield Divergence("render", row.pos, frame.id, frame.type, "differs", comparable(frame, _recorded_digest(row)),
                              None, rec.chain(frame.id))
             continue
         track = tracks.get(frame.track) if frame.track else None
-        jobs.append((row, (frame.n, track, frame.resolution)))
+        jobs.append((row, (frame.n, track, frame.resolution, frame.faces, frame.background)))
 
     def draw(batch: Sequence[tuple[Row, Job]]) -> list[tuple[Row, dict[str, Any]]]:
         drawn = redraw.draw_batch([job for _, job in batch])  # a GPU's batch, on a GPU
@@ -279,7 +276,7 @@ def verify(
             elif name == "director":
                 inputs = _director_inputs(rows)
             else:
-                inputs = _handled_in_order(rows, tuple(actor.consumes))
+                inputs = in_stream_order(rows, tuple(actor.consumes))
             stream = _replay_handler(name, actor, start, inputs, emits, rec, clocked=isinstance(actor, ClockedActor))
         elif name == "render":
             stream = _frames(start, settings, rec, workers or min(4, os.cpu_count() or 1))

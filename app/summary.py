@@ -110,12 +110,18 @@ def resolution_changes(engine: Engine, run: str) -> list[dict[str, Any]]:
     return out
 
 
+def frame_lates(engine: Engine, run: str) -> list[tuple[int, float]]:
+    """Per frame drawn: its show time and how late it was drawn against it (ms)."""
+    query = select(events.c.t_ms, events.c.body).where(events.c.run == run, events.c.type == "frame.rendered")
+    with engine.connect() as conn:
+        return [(t, float(orjson.loads(codec.split(body)[0])["payload"].get("late_ms", 0.0)))
+                for t, body in conn.execute(query)]
+
+
 def frame_lateness(engine: Engine, run: str, changes: list[dict[str, Any]], budget_ms: float) -> dict[str, Any]:
     """Frame lateness p99 (when each frame was drawn against its show time): over the whole run,
     and before / after the first downgrade when there was one."""
-    query = select(events.c.t_ms, events.c.body).where(events.c.run == run, events.c.type == "frame.rendered")
-    with engine.connect() as conn:
-        frames = [(t, orjson.loads(codec.split(body)[0])["payload"].get("late_ms", 0.0)) for t, body in conn.execute(query)]
+    frames = frame_lates(engine, run)
     out: dict[str, Any] = {"budget": budget_ms, "p99": percentile([late for _, late in frames], 99)}
     down = next((c for c in changes if _rung(c["to"]) > _rung(c["from"])), None)
     if down is not None:

@@ -28,6 +28,7 @@ from events.run import RunEnded, RunStarted
 from events.show import Show
 from events.subjects import stream_name
 from infra.bus import connect, masked_url, provision_streams, publish_events
+from infra.lease import Lease, lease_bucket
 from infra.logs import log_context
 from infra.metrics import Metrics
 from infra.natsserver import EmbeddedNats, announcement_path
@@ -49,6 +50,8 @@ class Stage:
         self._engine: Engine | None = None
         self.runtimes: list[ActorRuntime] = []
         self.runs: RunDirectory | None = None
+        self.leases: list[Lease] = []
+        self._watches: list[asyncio.Task[None]] = []
 
     @property
     def js(self) -> JetStreamContext:
@@ -80,7 +83,7 @@ class Stage:
         else:
             log.info("NATS at %s", masked_url(url))
         self.nc = await connect(url, "troupe")
-        await provision_streams(self.js, self.settings.frame_max_age_s)
+        await provision_streams(self.js, self.settings.frame_max_age_s, self.settings.stream_replicas)
         self.runs = RunDirectory(self.js)
         if self.settings.metrics_port >= 0:
             port = self.metrics.serve(self.settings.metrics_port, self.settings.metrics_host)
@@ -89,9 +92,14 @@ class Stage:
     async def __aexit__(
         self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        for task in self._watches:
+            task.cancel()
         for rt in reversed(self.runtimes):
             await rt.stop()
         self.runtimes.clear()
+        for lease in self.leases:  # after the runtimes stopped: a standby takes over at once
+            await lease.release()
+        self.leases.clear()
         if self.nc is not None:
             with contextlib.suppress(Exception):
                 await self.nc.drain()
@@ -106,15 +114,63 @@ class Stage:
         """A new actor of a kind, wired to this stage's settings and store."""
         return entry(name).build(Wiring(self.settings, self.metrics, lambda: self.engine))
 
-    async def start_actors(self, names: Sequence[str]) -> list[ActorRuntime]:
-        """Start one runtime per actor name."""
-        started = []
+    async def start_actors(
+        self, names: Sequence[str], standing_by: Callable[[str, str], None] | None = None,
+        stop: asyncio.Event | None = None, wait: bool = False,
+    ) -> list[ActorRuntime]:
+        """Start one runtime per actor name.  An actor that is one per deployment (``takes_over``)
+        runs once this process holds its lease.  While another process holds it, this one stands
+        by (``standing_by(name, holder)`` is told) and takes over when that lease lapses: in the
+        background (the other actors start now), or, with ``wait``, before the next actor starts
+        (``stop`` set meanwhile, the actors started so far are returned)."""
+        started: list[ActorRuntime] = []
         for name in names:
-            rt = ActorRuntime(self.build(name), self.js, self.settings, self.metrics, self.runs)
-            await rt.start()
-            self.runtimes.append(rt)
-            started.append(rt)
+            actor = self.build(name)  # built first: a standby is ready to go (models, sprites)
+            if actor.takes_over and not wait and await self._held_elsewhere(name):
+                self._watches.append(asyncio.create_task(self._stand_by(actor, standing_by)))
+                continue
+            lease = None
+            if actor.takes_over:
+                lease = await self._lease(name, standing_by, stop)
+                if lease is None:
+                    return started
+            started.append(await self._start(actor, lease))
         return started
+
+    async def _start(self, actor: Actor, lease: Lease | None) -> ActorRuntime:
+        rt = ActorRuntime(actor, self.js, self.settings, self.metrics, self.runs)
+        await rt.start()
+        self.runtimes.append(rt)
+        if lease is not None:
+            self._watches.append(asyncio.create_task(_watch(lease, rt)))
+        return rt
+
+    async def _held_elsewhere(self, name: str) -> bool:
+        kv = await lease_bucket(self.js, self.settings.lease_ttl_s, self.settings.stream_replicas)
+        return await Lease(kv, name).current_holder() is not None
+
+    async def _stand_by(self, actor: Actor, standing_by: Callable[[str, str], None] | None) -> None:
+        lease = await self._lease(actor.name, standing_by, None)
+        assert lease is not None
+        await self._start(actor, lease)
+
+    async def _lease(self, name: str, standing_by: Callable[[str, str], None] | None,
+                     stop: asyncio.Event | None) -> Lease | None:
+        ttl = self.settings.lease_ttl_s
+        kv = await lease_bucket(self.js, ttl, self.settings.stream_replicas)
+        lease = Lease(kv, name, ttl_s=ttl, renew_s=ttl / 3)
+
+        def told(holder: str) -> None:
+            log.warning("%s: standing by (its lease is held by %s)", name, holder)
+            if standing_by is not None:
+                standing_by(name, holder)
+
+        if not await lease.acquire(stop, on_wait=told):
+            return None
+        if lease.waited_s > 0.5:
+            log.warning("%s: took the lease after %.1f s", name, lease.waited_s)
+        self.leases.append(lease)
+        return lease
 
     async def publish(self, events: Sequence[Event]) -> None:
         """Publish events and wait until JetStream stored them all."""
@@ -145,6 +201,12 @@ class Stage:
         return total
 
 
+async def _watch(lease: Lease, rt: ActorRuntime) -> None:
+    """A lost lease (not renewed in time: another process may hold it now) fails the runtime."""
+    await lease.lost.wait()
+    rt.fail(f"its lease {lease.key!r} was lost: another process may run it now")
+
+
 def new_run_id() -> str:
     """A fresh run id (a subject token)."""
     return f"r{time.strftime('%Y%m%d%H%M%S')}{secrets.token_hex(2)}"
@@ -157,15 +219,20 @@ class ShowResult:
     run: str
     mp4: Path | None
     started_at_ms: int
-    duration_ms: int
+    duration_ms: int                 # of show time: shorter than planned when the run was stopped
+    end_reason: str = "duration reached"
 
 
 async def run_show(
     stage: Stage, show: Show, duration_s: float, names: Sequence[str] = ACTOR_NAMES,
     run_id: str | None = None, drain_timeout_s: float = 60.0,
-    on_started: Callable[[RunStarted], None] | None = None,
+    on_started: Callable[[RunStarted], None] | None = None, stop: asyncio.Event | None = None,
 ) -> ShowResult:
-    """Run one show for ``duration_s`` seconds of show time and wait until it is fully handled."""
+    """Run one show for ``duration_s`` seconds of show time and wait until it is fully handled.
+
+    ``stop`` set (a signal) ends the run early: ``run.ended`` at the show time reached, with the
+    reason, and the show is drained as at its planned end (the video closed with what was shown).
+    """
     settings = stage.settings
     run_id = run_id or new_run_id()
     await stage.start_actors(names)
@@ -185,25 +252,44 @@ async def run_show(
             on_started(started)
         await stage.publish([RoleDeclared.of(run_id, r) for r in show.roles])
         start_s = started.started_at_ms / 1000
+        stopped = False
         for i, line in enumerate(show.script):
             if line.at_s >= duration_s:
                 break
-            await _sleep_until(start_s + line.at_s)
+            if stopped := await _wait_until(start_s + line.at_s, stop):
+                break
             await stage.publish([DanmakuReceived(
                 id=f"{run_id}-script-{i}", run=run_id, user=line.user, text=line.text, to=line.to,
                 kind=line.kind, t_ms=int(line.at_s * 1000), at_ms=int(time.time() * 1000),
             )])
-        await _sleep_until(start_s + duration_s)
+        stopped = stopped or await _wait_until(start_s + duration_s, stop)
         duration_ms = int(duration_s * 1000)
-        await stage.publish([RunEnded(id=f"{run_id}-end", run=run_id, t_ms=duration_ms, reason="duration reached", duration_ms=duration_ms)])
+        reason = "duration reached"
+        if stopped:
+            # At least one frame: a run stopped as it started still has a (one-frame) video.
+            duration_ms = min(duration_ms, max(-(-1000 // settings.fps), int((time.time() - start_s) * 1000)))
+            reason = f"stopped ({getattr(stop, 'reason', None) or 'asked'})"
+            log.warning("run %s: %s at %.1f s of show time; ending it", run_id, reason, duration_ms / 1000)
+        await stage.publish([RunEnded(id=f"{run_id}-end", run=run_id, t_ms=duration_ms, reason=reason, duration_ms=duration_ms)])
         mp4 = await _drain(stage, run_id, drain_timeout_s, video="sink" in names)
-    return ShowResult(run_id, mp4, started.started_at_ms, duration_ms)
+    return ShowResult(run_id, mp4, started.started_at_ms, duration_ms, reason)
 
 
-async def _sleep_until(wall_s: float) -> None:
+async def _wait_until(wall_s: float, stop: asyncio.Event | None) -> bool:
+    """Sleep until a wall-clock time; True when ``stop`` was set first."""
+    if stop is not None and stop.is_set():
+        return True
     delay = wall_s - time.time()
-    if delay > 0:
+    if delay <= 0:
+        return False
+    if stop is None:
         await asyncio.sleep(delay)
+        return False
+    try:
+        await asyncio.wait_for(stop.wait(), delay)
+    except TimeoutError:
+        return False
+    return True
 
 
 async def _drain(stage: Stage, run_id: str, timeout_s: float, video: bool = True) -> Path | None:

@@ -74,7 +74,7 @@ def chains(engine: Any, run: str) -> list[dict[str, float]]:
     return out
 
 
-async def _spawn_actor(name: str, stage: Stage, settings: Any) -> asyncio.subprocess.Process:
+async def spawn_actor(name: str, stage: Stage, settings: Any) -> asyncio.subprocess.Process:
     """Run one actor kind in its own process (``troupe actor NAME``) against this stage's NATS."""
     assert stage.embedded is not None
     env = {
@@ -115,7 +115,7 @@ async def bench(
             self_driven="off",  # an idle stage: the show does not speak by itself between the danmaku
         )
         async with Stage(settings) as stage:
-            workers = [await _spawn_actor(name, stage, settings) for name in split]
+            workers = [await spawn_actor(name, stage, settings) for name in split]
             try:
                 local = [n for n in ACTOR_NAMES if n not in split]
                 result = await run_show(stage, show, duration, local)

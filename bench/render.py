@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import importlib
 import json
 import queue
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -13,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -26,6 +31,7 @@ FPS = 25
 RATE = 22050
 QUALITY = 80
 RESULTS = Path(__file__).parent / "results" / "render.json"
+SAMPLE_ART = Path(__file__).resolve().parent.parent / "app" / "shows" / "avatars" / "pip"
 LOOKS = (
     RoleLook("host", "主持人 Mia", "#e0603a", "round"),
     RoleLook("guest", "Dr. Bolt", "#3a8ee0", "square"),
@@ -142,6 +148,75 @@ def measure(resolution: str, frames: int, repeats: int, tmp: Path) -> Row:
                frames / mp4_s, kbps, timed(pipeline, repeats) / video_s, timed(threaded, repeats) / video_s)
 
 
+def acting_states(i: int) -> tuple[list[RoleState], str]:
+    """Frame i of the scripted show with faces that act, as ``actors.faces`` gives them: the
+    speaker's expression changes with each sentence (2 s) and eases in over 250 ms, listeners look
+    at the speaker (eased, with an idle drift), and the next speaker nods as the turn comes."""
+    states, line = show_states(i)
+    t = i * 1000 // FPS
+    speaker = next(k for k, s in enumerate(states) if s.speaking)
+    expressions = ("happy", "thinking", "surprised", "sad", "neutral", "angry")
+    sentence = t // 2000
+    blend = min(1.0, (t % 2000) / 250)
+    eased = 1 - (1 - blend) ** 5
+    out = []
+    for k, s in enumerate(states):
+        if s.speaking:
+            face = dict(expression=expressions[sentence % 6], previous=expressions[(sentence - 1) % 6], blend=eased)
+        else:
+            turn = min(1.0, (t % 3000) / 250)
+            face = dict(gaze=max(-1.0, min(1.0, (speaker - k) / 2)) * (1 - (1 - turn) ** 5)
+                        + 0.12 * np.sin(t / 830 + k))
+        nod = np.sin(np.pi * ((t % 3000) - 2400) / 600) if (t % 3000) >= 2400 and k == (speaker + 1) % 3 else 0.0
+        out.append(dataclasses.replace(s, **face, nod=float(nod)))  # type: ignore[arg-type]
+    return out, line
+
+
+def _baseline_drawer(rev: str, tmp: Path) -> type:
+    """The stage drawer of an earlier revision (its render_torch and stage_art, from git), to
+    time today's stage against it in the same run."""
+    package = tmp / "stage_before"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    root = Path(__file__).resolve().parent.parent
+    for name in ("render_torch", "stage_art"):
+        text = subprocess.run(["git", "show", f"{rev}:actors/backends/{name}.py"], cwd=root, check=True,
+                              capture_output=True, text=True).stdout
+        (package / f"{name}.py").write_text(text.replace("actors.backends.stage_art", "stage_before.stage_art"))
+    sys.path.insert(0, str(tmp))
+    module = importlib.import_module("stage_before.render_torch")
+    return module.StageRenderer  # type: ignore[no-any-return]
+
+
+def faces_cost(frames: int, repeats: int, baseline: str | None, tmp: Path) -> dict[str, float]:
+    """ms per 720p frame (draw and JPEG) of the stage with still faces, with faces that act, with
+    three image-art roles acting, and (``baseline``) of an earlier revision's stage, measured in
+    turns in one run; medians."""
+    script = [show_states(i) for i in range(frames)]
+    acting = [acting_states(i) for i in range(frames)]
+    art = [dataclasses.replace(look, avatar=str(SAMPLE_ART)) for look in LOOKS]  # three image-art roles
+    stages: dict[str, tuple[Any, list[tuple[list[RoleState], str]]]] = {
+        "still": (StageRenderer(LOOKS, "720p", seed=1), script),
+        "acting": (StageRenderer(LOOKS, "720p", seed=1), acting),
+        "art": (StageRenderer(art, "720p", seed=1), acting),
+    }
+    if baseline:
+        old = _baseline_drawer(baseline, tmp)(LOOKS, "720p", seed=1)
+        plain = [([RoleState(s.role, s.viseme, s.speaking) for s in states], line) for states, line in script]
+        stages["baseline"] = (old, plain)
+    for renderer, frames_of in stages.values():  # warm the caches (subtitles, face sprites)
+        for i, (states, line) in enumerate(frames_of):
+            renderer.draw(i * 40, states, line)
+    times: dict[str, list[float]] = {name: [] for name in stages}
+    for _ in range(repeats):
+        for name, (renderer, frames_of) in stages.items():
+            began = time.perf_counter()
+            for i, (states, line) in enumerate(frames_of):
+                encode_jpeg(renderer.draw(i * 40, states, line), QUALITY)
+            times[name].append((time.perf_counter() - began) * 1000 / len(frames_of))
+    return {name: round(statistics.median(ms), 3) for name, ms in times.items()}
+
+
 def encode_all(images: list[torch.Tensor], quality: int) -> None:
     """JPEG-encodes every image."""
     for image in images:
@@ -180,19 +255,26 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.add_argument("--seconds", type=float, default=4.0, help="seconds of video per measurement")
     parser.add_argument("--repeats", type=int, default=3, help="repetitions; medians are reported")
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also time the stage drawer of this git revision (faces: today's against it)")
     args = parser.parse_args(argv)
     frames = max(FPS, round(args.seconds * FPS))
     info = machine()
     with tempfile.TemporaryDirectory() as tmp:
         rows = [measure(res, frames, args.repeats, Path(tmp)) for res in RESOLUTIONS]
+        faces = faces_cost(frames, max(args.repeats, 5), args.baseline, Path(tmp))
     sweep = jpeg_sweep(frames, args.repeats)
     report = {"machine": info, "seconds": frames / FPS, "repeats": args.repeats, "fps": FPS,
               "jpeg_quality": QUALITY, "results": {r.resolution: asdict(r) for r in rows},
-              "jpeg_720p_by_quality": sweep}
+              "jpeg_720p_by_quality": sweep, "faces_720p_ms": faces, "baseline": args.baseline}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     print(table(info, rows))
     print("encode_jpeg 720p: " + ", ".join(f"q{q} {v['ms']:.2f} ms {v['kb']:.1f} kB" for q, v in sweep.items()))
+    base = faces.get("baseline")
+    print("720p frame (draw + JPEG), ms: " + ", ".join(f"{k} {v:.2f}" for k, v in faces.items())
+          + (f"; acting / {args.baseline}: {faces['acting'] / base:.2f}x, art / {args.baseline}: "
+             f"{faces['art'] / base:.2f}x" if base else ""))
     if args.json:
         print(json.dumps(report, ensure_ascii=False))
 

@@ -45,4 +45,5 @@ class AudioChunk(Event):
     last: bool = False
     priority: float = 1.0   # the cue's (a cue at TROUPE_INTERRUPT_PRIORITY takes the floor)
     deadline_ms: int = 0    # the cue's: show time by which the reply must start to be spoken; 0: none
+    emotion: str = "neutral"  # how the sentence is said (its utterance.chunk's): the face acts it out
     pcm: bytes = b""

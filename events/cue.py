@@ -31,6 +31,10 @@ class CueIssued(Event):
     addressee: str = ""       # the role a follow-up speaks to
     verbatim: bool = False    # ``text`` is spoken word for word
     turn: int = 0             # the role's self-driven turns so far (writers vary their lines by it)
+    # The short line the reply begins with, said at once while a model writes the rest: the
+    # director sends it to TTS as the reply's chunk 0 with the cue ("" for none: an instant
+    # writer, a line of the show's own, openers off); the writer goes on from it.
+    opener: str = ""
 
     @property
     def self_driven(self) -> bool:

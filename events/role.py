@@ -26,6 +26,8 @@ class RoleDeclared(Event):
     voice_backend: str | None = None
     color: str = "#888888"
     shape: str = "round"
+    avatar: str = ""
+    avatar_digest: str = ""
     llm_backend: str | None = None
     llm_model: str | None = None
     llm_adapter: str | None = None

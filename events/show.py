@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -49,6 +50,8 @@ class RoleSpec:
     voice_backend: str | None = None     # the role's own TTS backend; None: the settings'
     color: str = "#888888"
     shape: str = "round"
+    avatar: str = ""                     # a folder of layered art (look.avatar); "": the procedural figure
+    avatar_digest: str = ""              # sha256 of that art, fixed when the show is loaded (run.started)
     llm_backend: str | None = None       # the role's own LLM backend; None: the settings'
     llm_model: str | None = None         # the model (a path) the role's LLM backend loads
     llm_adapter: str | None = None       # a LoRA adapter (a folder) on that model, for backends that take one
@@ -90,12 +93,14 @@ class Segment:
     lines: tuple[SegmentLine, ...] = ()
     then: str = "next"
     topics: tuple[str, ...] = ()     # what it talks about, in a few words (default: its title)
+    background: str = ""             # the stage's back wall while it runs (see Show.background); "": the show's
 
     @property
     def roles(self) -> tuple[str, ...]:
         return (*self.leads, *(r for r in self.joins if r not in self.leads))
 
 
+_COLOUR = re.compile(r"^#[0-9a-fA-F]{6}$")
 OPEN_SEGMENT_S = 3600.0  # a show without a rundown: one open segment, looped
 
 
@@ -116,6 +121,11 @@ class Show:
     script: tuple[ScriptLine, ...] = ()
     blocklist: tuple[str, ...] = ()
     segments: tuple[Segment, ...] = ()
+    # The stage's back wall: "" (the starry default), a colour "#rrggbb", or a PNG or JPEG image
+    # (a path); a segment may name its own.  ``art``: each image's path and sha256, fixed when the
+    # show is loaded (run.started), so that frames are drawn again only with the same pictures.
+    background: str = ""
+    art: tuple[tuple[str, str], ...] = ()
 
     @property
     def rundown(self) -> tuple[Segment, ...]:
@@ -125,18 +135,32 @@ class Show:
     def role(self, role_id: str) -> RoleSpec | None:
         return next((r for r in self.roles if r.id == role_id), None)
 
+    def background_of(self, segment: str | None) -> str:
+        """The back wall while segment ``segment`` (a title; None: before any) runs."""
+        own = next((g.background for g in self.segments if g.title == segment), "") if segment else ""
+        return own or self.background
+
+    @property
+    def backgrounds(self) -> tuple[str, ...]:
+        """Every back wall the show may show, the show's own first."""
+        walls = [self.background, *(g.background for g in self.segments if g.background)]
+        return tuple(dict.fromkeys(walls))
+
     def to_dict(self) -> dict[str, Any]:
         """The show as plain data (as carried in ``run.started``)."""
         return {
             "title": self.title,
             "blocklist": list(self.blocklist),
+            **({"background": self.background} if self.background else {}),
+            **({"art": [list(a) for a in self.art]} if self.art else {}),
             "roles": [
                 {
                     "id": r.id, "name": r.name, "persona": r.persona, "language": r.language,
                     "keywords": list(r.keywords), "weight": r.weight,
                     "voice": {"variant": r.voice_variant, "pitch": r.voice_pitch, "rate": r.voice_rate,
                               "backend": r.voice_backend},
-                    "look": {"color": r.color, "shape": r.shape},
+                    "look": {"color": r.color, "shape": r.shape,
+                             **({"avatar": r.avatar, "avatar_digest": r.avatar_digest} if r.avatar else {})},
                     "llm": {"backend": r.llm_backend, "model": r.llm_model, "adapter": r.llm_adapter,
                             "openers": list(r.llm_openers)},
                 }
@@ -149,7 +173,7 @@ class Show:
             "segments": [
                 {"title": g.title, "brief": g.brief, "length": g.length_s, "leads": list(g.leads),
                  "joins": list(g.joins), "lines": [{"text": x.text, "role": x.role} for x in g.lines],
-                 "then": g.then, "topics": list(g.topics)}
+                 "then": g.then, "topics": list(g.topics), **({"background": g.background} if g.background else {})}
                 for g in self.segments
             ],
         }
@@ -210,6 +234,8 @@ def _role(doc: Mapping[str, Any], i: int) -> RoleSpec:
         weight=weight, voice_variant=_get(voice, "variant", (str, type(None)), f"{where}.voice", None),
         voice_pitch=pitch, voice_rate=rate, voice_backend=backend,
         color=_get(look, "color", str, f"{where}.look", "#888888"), shape=shape,
+        avatar=_get(look, "avatar", str, f"{where}.look", ""),
+        avatar_digest=_get(look, "avatar_digest", str, f"{where}.look", ""),
         llm_backend=llm_backend, llm_model=llm_model, llm_adapter=llm_adapter,
         llm_openers=tuple(o.strip() for o in openers),
     )
@@ -259,8 +285,17 @@ def _segment(doc: Any, i: int, known: set[str]) -> Segment:
     return Segment(
         title=title, brief=_get(doc, "brief", str, where, "").strip() or title, length_s=length, leads=leads,
         joins=_roles_of(doc, "joins", where, known), lines=lines, then=_get(doc, "then", str, where, "next"),
-        topics=_topics(doc, where) or (title,),
+        topics=_topics(doc, where) or (title,), background=background(_get(doc, "background", str, where, ""),
+                                                                     f"{where}.background"),
     )
+
+
+def background(value: str, where: str) -> str:
+    """A back wall as a show names it: "", a colour "#rrggbb", or a PNG or JPEG file."""
+    value = value.strip()
+    if not value or _COLOUR.match(value) or value.lower().endswith((".png", ".jpg", ".jpeg")):
+        return value
+    raise ShowError(f"{where}: {value!r} is not a colour like \"#203040\" or a .png or .jpg image")
 
 
 def _topics(doc: Mapping[str, Any], where: str) -> tuple[str, ...]:
@@ -304,6 +339,8 @@ def show_from_dict(doc: Mapping[str, Any]) -> Show:
         script=tuple(sorted(lines, key=lambda s: s.at_s)),
         blocklist=tuple(str(w) for w in _get(meta, "blocklist", list, "show", [])),
         segments=_rundown(doc, roles),
+        background=background(_get(meta, "background", str, "show", ""), "show.background"),
+        art=tuple((str(a[0]), str(a[1])) for a in _get(meta, "art", list, "show", [])),
     )
 
 

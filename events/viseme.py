@@ -1,6 +1,7 @@
 """Viseme family: timed mouth shapes on the show timeline.
 
-The set has 15 visemes: sil PP FF TH DD kk CH SS nn RR aa E ih oh ou.
+The set has 15 visemes: sil PP FF TH DD kk CH SS nn RR aa E ih oh ou.  Faces act on the same
+timeline: ``viseme.face`` says from when a role shows an expression, where it looks, and a nod.
 """
 
 from __future__ import annotations
@@ -46,3 +47,25 @@ class VisemeCut(Event):
     utterance: str
     at_ms: int
     by: str = ""                # the utterance that took the floor
+
+
+EXPRESSIONS = ("neutral", "happy", "sad", "angry", "surprised", "thinking")
+AUDIENCE = "audience"  # where a role looks when it looks at no other role
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FaceChanged(Event):
+    """Role ``role``'s face from ``start_ms`` (show time): it eases into ``expression`` over
+    ``ease_ms``, turns to ``look`` (a role id, or ``audience``), or nods (``gesture``).  An empty
+    field leaves that part as it was.  A change replaces what earlier changes of the same role
+    planned for the same part from ``start_ms`` on (a role that speaks again keeps its face)."""
+
+    type = "viseme.face"
+    start_ms: int
+    expression: str = ""
+    look: str = ""
+    gesture: str = ""
+    ease_ms: int = 0
+    reason: str = ""
+    utterance: str = ""         # the speech it goes with

@@ -5,31 +5,63 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
 import nats
 from nats.aio.client import Client
+from nats.errors import ConnectionClosedError, NoRespondersError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, PubAck, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
+from nats.js.errors import NoStreamResponseError, NotFoundError, ServiceUnavailableError
 
 from events import codec
 from events.base import Event
-from events.errors import BusError
+from events.errors import BusError, ConfigError
 from events.subjects import StreamSpec, family_filter, stream_name, stream_specs, subject_for
 
 log = logging.getLogger(__name__)
 
 
+SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def nats_servers(url: str) -> list[str]:
+    """The servers a NATS URL names: one, or several separated by commas (the nodes of a
+    cluster, as NATS clients take them); a ConfigError in one line for one that is not a URL."""
+    out = []
+    for part in (p.strip() for p in url.split(",")):
+        if not part:
+            continue
+        full = part if "://" in part else f"nats://{part}"
+        parsed = urlparse(full)
+        try:
+            parsed.port  # noqa: B018 - raises for a port that is not a number
+        except ValueError:
+            raise ConfigError(f"not a NATS URL: {masked_url(part)!r} (its port is not a number)") from None
+        if parsed.scheme not in SCHEMES or not parsed.hostname or parsed.netloc.endswith(":"):
+            raise ConfigError(f"not a NATS URL: {masked_url(part)!r} (like nats://host:4222; several: a comma "
+                              "between them)")
+        out.append(full)
+    if not out:
+        raise ConfigError("no NATS URL given")
+    return out
+
+
 def masked_url(url: str) -> str:
-    """A NATS URL fit for a log line: its password replaced by ``***``."""
+    """A NATS URL (or a list of them) fit for a log line: passwords replaced by ``***``."""
+    if "," in url:
+        return ",".join(masked_url(part.strip()) for part in url.split(","))
     parsed = urlparse(url if "://" in url else f"nats://{url}")
+    try:
+        port = parsed.port or 4222
+    except ValueError:
+        return url if parsed.password is None else "(a NATS URL with a password)"
     if parsed.password is None:
         return url
-    return parsed._replace(netloc=f"{parsed.username}:***@{parsed.hostname}:{parsed.port or 4222}").geturl()
+    return parsed._replace(netloc=f"{parsed.username}:***@{parsed.hostname}:{port}").geturl()
 
 
 async def connect(url: str, name: str) -> Client:
@@ -44,17 +76,23 @@ async def connect(url: str, name: str) -> Client:
         log.warning("nats: %s", exc)
 
     # nats-py retries a failed first connect as long as it would reconnect (forever here):
-    # check that the server answers at all, so a wrong URL fails fast with one line.
-    parsed = urlparse(url if "://" in url else f"nats://{url}")
-    try:
-        _reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(parsed.hostname or "127.0.0.1", parsed.port or 4222), 3.0
-        )
-        writer.close()
-    except (OSError, TimeoutError) as exc:
-        raise BusError(f"cannot connect to NATS at {where}: {exc}") from None
+    # check that a server answers at all, so a wrong URL fails fast with one line.
+    servers = nats_servers(url)
+    failures = []
+    for server in servers:
+        parsed = urlparse(server)
+        try:
+            _reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(parsed.hostname or "127.0.0.1", parsed.port or 4222), 3.0
+            )
+            writer.close()
+            break
+        except (OSError, TimeoutError) as exc:
+            failures.append(f"{masked_url(server)}: {exc or type(exc).__name__}")
+    else:
+        raise BusError(f"cannot connect to NATS at {'; '.join(failures)}")
     connecting = asyncio.ensure_future(nats.connect(
-        url, name=name, connect_timeout=3, max_reconnect_attempts=-1,
+        servers=servers, name=name, connect_timeout=3, max_reconnect_attempts=-1,
         reconnect_time_wait=0.5, error_cb=on_error, pending_size=64 * 1024 * 1024,
     ))
     either: list[asyncio.Future[Any]] = [connecting, refused]
@@ -71,22 +109,23 @@ async def connect(url: str, name: str) -> Client:
         raise BusError(f"cannot connect to NATS at {where}: {exc}") from None
 
 
-def _stream_config(spec: StreamSpec) -> StreamConfig:
+def _stream_config(spec: StreamSpec, replicas: int = 1) -> StreamConfig:
     return StreamConfig(
         name=spec.name, subjects=spec.subjects, storage=StorageType.FILE,
         max_age=spec.max_age_s, max_bytes=spec.max_bytes, max_msg_size=spec.max_msg_size,
-        duplicate_window=120.0,
+        duplicate_window=120.0, num_replicas=replicas,
     )
 
 
-_COMPARED = ("subjects", "storage", "max_age", "max_bytes", "max_msg_size", "duplicate_window")
+_COMPARED = ("subjects", "storage", "max_age", "max_bytes", "max_msg_size", "duplicate_window", "num_replicas")
 
 
-async def provision_streams(js: JetStreamContext, frame_max_age_s: float = 600.0) -> list[str]:
-    """Create or update every family stream; returns the names it had to change."""
+async def provision_streams(js: JetStreamContext, frame_max_age_s: float = 600.0, replicas: int = 1) -> list[str]:
+    """Create or update every family stream (``replicas`` copies of each on a cluster's nodes);
+    returns the names it had to change."""
     changed = []
     for spec in stream_specs(frame_max_age_s):
-        wanted = _stream_config(spec)
+        wanted = _stream_config(spec, replicas)
         try:
             info = await js.stream_info(spec.name)
         except NotFoundError:
@@ -160,7 +199,121 @@ async def publish_event(js: JetStreamContext, event: Event, at_ms: int | None = 
     return await publish_raw(js, subject_for(event), codec.encode(event, at_ms=at_ms), event.id)
 
 
-async def publish_events(js: JetStreamContext, events: Sequence[Event], at_ms: int | None = None) -> list[PubAck]:
-    """Publish events and wait until JetStream stored them all (raises on the first failure)."""
-    futures = [await publish_event(js, e, at_ms) for e in events]
-    return list(await asyncio.gather(*futures))
+PUBLISH_ACK_S = 5.0     # an ack not back by then is given up on (the publish is tried again)
+PUBLISH_RETRY_S = 30.0  # how long a publish is tried again while the stream has no leader
+
+
+def transient(exc: BaseException | None) -> bool:
+    """Whether a publish failed for a passing reason: a stream electing a new leader, a node of a
+    cluster lost, a connection being re-made.  The same message (its id the dedupe id) may be
+    sent again: JetStream stores it once."""
+    return isinstance(exc, NoStreamResponseError | ServiceUnavailableError | NoRespondersError | TimeoutError
+                      | asyncio.CancelledError | ConnectionClosedError)
+
+
+async def acks(futures: Sequence[asyncio.Future[Any]], timeout_s: float = PUBLISH_ACK_S) -> None:
+    """Wait for publish acks; one not back within ``timeout_s`` is cancelled (a server lost with
+    the message: nats-py would wait for it forever)."""
+    if not futures:
+        return
+    done, pending = await asyncio.wait(futures, timeout=timeout_s)
+    for future in pending:
+        future.cancel()
+    for future in done:  # each failure is read here (asyncio would log those never read)
+        if not future.cancelled():
+            future.exception()
+
+
+def failure(future: asyncio.Future[Any]) -> BaseException | None:
+    """Why a publish failed (None: it was stored)."""
+    if future.cancelled():
+        return asyncio.CancelledError("no ack")
+    return future.exception()
+
+
+class RetryWindow:
+    """When to publish again what failed for a passing reason: after 0.1 s, doubling up to 2 s,
+    for up to ``retry_s`` in all, and never once ``stop`` is set."""
+
+    def __init__(self, retry_s: float = PUBLISH_RETRY_S, stop: asyncio.Event | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._deadline = self._loop.time() + retry_s
+        self._delay = 0.1
+        self._stop = stop
+
+    async def wait(self, errors: Iterable[BaseException | None]) -> bool:
+        """Sleep before the next try; False (at once) when there is none: a lasting failure among
+        ``errors``, the window over, or stopped."""
+        if (not all(transient(e) for e in errors) or self._loop.time() + self._delay > self._deadline
+                or (self._stop is not None and self._stop.is_set())):
+            return False
+        await asyncio.sleep(self._delay)
+        self._delay = min(self._delay * 2, 2.0)
+        return True
+
+
+async def publish_events(js: JetStreamContext, events: Sequence[Event], at_ms: int | None = None,
+                         retry_s: float = PUBLISH_RETRY_S) -> list[PubAck]:
+    """Publish events and wait until JetStream stored them all, trying again for up to ``retry_s``
+    those that failed for a passing reason (raises the first failure otherwise)."""
+    window = RetryWindow(retry_s)
+    results: dict[int, PubAck] = {}
+    todo = list(range(len(events)))
+    while True:
+        futures = {i: await publish_event(js, events[i], at_ms) for i in todo}
+        await acks(list(futures.values()))
+        errors = {i: failure(f) for i, f in futures.items()}
+        results.update({i: futures[i].result() for i, e in errors.items() if e is None})
+        todo = [i for i, e in errors.items() if e is not None]
+        if not todo:
+            return [results[i] for i in range(len(events))]
+        first = errors[todo[0]]
+        assert first is not None
+        if not await window.wait(errors[i] for i in todo):
+            raise first
+        log.warning("publish of %d events failed (%s); trying again", len(todo), type(first).__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMsg:
+    """A message as a stream keeps it: its sequence, subject, data and when it was stored."""
+
+    seq: int
+    subject: str
+    data: bytes
+    time_us: int
+
+
+async def read_stream(js: JetStreamContext, stream: str, filters: Sequence[str], upto_seq: int | None = None,
+                      batch: int = 512, timeout_s: float = 2.0) -> list[StoredMsg]:
+    """The messages of a stream on these subjects, in stream order, up to ``upto_seq`` (inclusive;
+    None: all there are now), read with a short-lived consumer that acks nothing."""
+    if upto_seq is not None and upto_seq <= 0:
+        return []
+    config = ConsumerConfig(
+        ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL, mem_storage=True, inactive_threshold=10.0,
+        filter_subject=filters[0] if len(filters) == 1 else None,
+        filter_subjects=list(filters) if len(filters) > 1 else None,
+    )
+    sub = await js.pull_subscribe(filters[0], stream=stream, config=config)
+    out: list[StoredMsg] = []
+    try:
+        left = int((await sub.consumer_info()).num_pending or 0)  # what there is now: read no further
+        while left > 0:
+            try:
+                msgs = await sub.fetch(batch=min(batch, left), timeout=timeout_s)
+            except nats.errors.TimeoutError:
+                return out
+            left -= len(msgs)
+            for msg in msgs:
+                meta = msg.metadata
+                seq = meta.sequence.stream
+                if upto_seq is not None and seq > upto_seq:
+                    return out
+                stamp = meta.timestamp
+                out.append(StoredMsg(seq, msg.subject, msg.data,
+                                     int(stamp.timestamp() * 1_000_000) if stamp is not None else 0))
+        return out
+    finally:
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()

@@ -69,7 +69,14 @@ class Metrics:
             ["hop"], buckets=_LATENCY_BUCKETS, registry=r,
         )
         self.queue_depth = Gauge("troupe_queue_depth", "Messages pending per consumer", ["actor", "stream"], registry=r)
-        self.recorder_lag = Gauge("troupe_recorder_lag_seconds", "Age of the newest recorded event at commit", registry=r)
+        self.recorder_lag = Gauge(
+            "troupe_recorder_lag_seconds",
+            "How far the store is behind: age of the oldest event not yet written, else of the newest at its commit", registry=r,
+        )
+        self.outage_retries = Counter(
+            "troupe_outage_retries", "Batches tried again because something the actor needs was away (the store)",
+            ["actor"], registry=r,
+        )
         self.runs_held = Gauge("troupe_runs_held", "Runs whose state an actor holds", ["actor"], registry=r)
         # What the show is doing, from the events this process publishes (labels stay bounded:
         # roles come from the show file, reasons and outcomes from fixed vocabularies).

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ctypes
+import functools
 import json
 import logging
 import os
 import shutil
+import signal
 import socket
+import sys
 import sysconfig
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
@@ -71,6 +77,32 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def _die_with_parent(parent: int) -> None:
+    """In the server's process, before it runs: on Linux, SIGTERM it when the process that started it
+    dies (killed with -9, say), so an embedded server never outlives its show."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # it died before the line above: go too
+            os._exit(1)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterNode:
+    """A server's place in a NATS cluster: its name, its route port, and its peers' route ports."""
+
+    server_name: str
+    route_port: int
+    peers: tuple[int, ...]
+    cluster_name: str = "troupe"
+
+    def config(self) -> str:
+        routes = ", ".join(f'"nats-route://127.0.0.1:{p}"' for p in self.peers)
+        return (f'server_name: "{self.server_name}"\n'
+                f'cluster {{ name: "{self.cluster_name}", listen: "127.0.0.1:{self.route_port}", routes: [{routes}] }}\n')
+
+
 class EmbeddedNats:
     """Runs nats-server with JetStream and a state dir; an async context manager.
 
@@ -79,12 +111,19 @@ class EmbeddedNats:
 
     def __init__(
         self, state_dir: Path, port: int | None = None, start_timeout_s: float = 10.0, announce: Path | None = None,
+        cluster: ClusterNode | None = None,
     ):
         self.state_dir = Path(state_dir)
         self.port = port or free_port()
         self.start_timeout_s = start_timeout_s
         self.announce = announce
+        self.cluster = cluster
         self._process: asyncio.subprocess.Process | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._process.pid if self._process is not None and self._process.returncode is None else None
 
     @property
     def url(self) -> str:
@@ -94,15 +133,19 @@ class EmbeddedNats:
         """Start the server and wait until a client can connect."""
         self.state_dir.mkdir(parents=True, exist_ok=True)
         config = self.state_dir / "nats-server.conf"
-        config.write_text(
+        text = (
             f'listen: "127.0.0.1:{self.port}"\n'
             "max_payload: 8MB\n"
             f'jetstream {{ store_dir: "{self.state_dir.resolve()}" }}\n'
         )
+        if self.cluster is not None:
+            text += self.cluster.config()
+        config.write_text(text)
         server_log = (self.state_dir / "nats-server.log").open("ab")
         try:
             self._process = await asyncio.create_subprocess_exec(
                 str(server_binary()), "-c", str(config), stdout=server_log, stderr=server_log,
+                preexec_fn=functools.partial(_die_with_parent, os.getpid()),
             )
         finally:
             server_log.close()
@@ -153,6 +196,13 @@ class EmbeddedNats:
         await self.stop()
         raise NatsServerError(f"nats-server not ready after {self.start_timeout_s}s: {last}")
 
+    async def kill(self) -> None:
+        """Kill the server at once (SIGKILL), as a crashed machine would lose it."""
+        process, self._process = self._process, None
+        if process is not None and process.returncode is None:
+            process.kill()
+            await process.wait()
+
     async def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after a grace period)."""
         self._remove_announcement()  # first, before any await: an interrupted stop still removes it
@@ -172,4 +222,38 @@ class EmbeddedNats:
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
+        await self.stop()
+
+
+class NatsCluster:
+    """Several nats-servers with JetStream on loopback ports, routed into one cluster (for tests and
+    benchmarks of Troupe on a cluster); ``url`` lists every node, as a client takes them."""
+
+    def __init__(self, root: Path, size: int = 3) -> None:
+        ports = [free_port() for _ in range(size)]
+        routes = [free_port() for _ in range(size)]
+        self.nodes = [
+            EmbeddedNats(Path(root) / f"n{i + 1}", port=ports[i], start_timeout_s=20.0,
+                         cluster=ClusterNode(f"n{i + 1}", routes[i], tuple(r for r in routes if r != routes[i])))
+            for i in range(size)
+        ]
+
+    @property
+    def url(self) -> str:
+        return ",".join(n.url for n in self.nodes)
+
+    def node(self, server_name: str) -> EmbeddedNats:
+        return next(n for n in self.nodes if n.cluster is not None and n.cluster.server_name == server_name)
+
+    async def start(self) -> NatsCluster:
+        await asyncio.gather(*(n.start() for n in self.nodes))
+        return self
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(n.stop() for n in self.nodes))
+
+    async def __aenter__(self) -> NatsCluster:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
         await self.stop()

@@ -50,11 +50,17 @@ class Settings:
     banter_turns: int = 4                # turns between roles before one goes to the chat
     llm_backend: str = "scripted"        # a name in actors.backends.registry.LLM
     llm_max_sentences: int = 3
+    llm_first_sentence_ms: int = 3000    # a model with no sentence by then is stopped: the scripted line instead (0: wait)
     openers: str = "on"                  # "off": a model reply starts with the model's first sentence
     tts_backend: str = "espeak"          # a name in actors.backends.registry.TTS (a role may name its own)
     render_device: str = "cpu"           # "cpu", "cuda", "cuda:N", or "auto" (CUDA when there is one)
     jpeg_quality: int = 80
+    face_ease_ms: int = 250              # a face eases into a new expression (and turns) over this long
+    face_hold_ms: int = 1200             # ... and keeps an expression at least this long
+    face_linger_ms: int = 1500           # ... and goes back to neutral this long after a reply ends
     frame_max_age_s: float = 600.0
+    stream_replicas: int = 1             # copies of each stream in a JetStream cluster (3: survives a node's loss)
+    lease_ttl_s: float = 1.5             # a standby takes over the director, lipsync or render this long after its holder died
     slow_render_ms: float = 0.0
     render_delay_ms: int = 5
     join_window_s: float = 30.0
@@ -114,7 +120,8 @@ _KINDS: dict[str, type] = {
 # every process that handles the run and by re-execution.
 RUN_SETTINGS = (
     "merge_window_ms", "max_danmaku_chars", "blocklist", "cue_deadline_ms", "jpeg_quality", "interrupt_priority",
-    "stage_backlog_ms", "self_driven", "idle_gap_ms", "banter_turns",
+    "stage_backlog_ms", "self_driven", "idle_gap_ms", "banter_turns", "openers", "llm_backend",
+    "face_ease_ms", "face_hold_ms", "face_linger_ms",
 )
 
 
@@ -160,8 +167,17 @@ def validate(settings: Settings) -> None:
         raise SettingsError(f"TROUPE_RESOLUTION must be one of {', '.join(RESOLUTIONS)}")
     if settings.fps <= 0 or settings.fps > 60:
         raise SettingsError("TROUPE_FPS must be in 1..60")
+    if not 1 <= settings.stream_replicas <= 5:
+        raise SettingsError(f"TROUPE_STREAM_REPLICAS must be 1 to 5, not {settings.stream_replicas}")
+    if not 0.3 <= settings.lease_ttl_s <= 60:
+        raise SettingsError(f"TROUPE_LEASE_TTL_S must be 0.3 to 60 seconds, not {settings.lease_ttl_s}")
     if settings.max_deliver < 1:
         raise SettingsError("TROUPE_MAX_DELIVER must be at least 1")
+    if not 0 <= settings.face_ease_ms <= settings.face_hold_ms or settings.face_linger_ms < 0:
+        raise SettingsError("TROUPE_FACE_EASE_MS must be 0 to TROUPE_FACE_HOLD_MS (a face holds an expression at "
+                            "least as long as it eases into it), and TROUPE_FACE_LINGER_MS 0 or more")
+    if settings.llm_first_sentence_ms < 0:
+        raise SettingsError(f"TROUPE_LLM_FIRST_SENTENCE_MS must be 0 or more, not {settings.llm_first_sentence_ms}")
     if settings.llm_max_sentences < 1:
         raise SettingsError("TROUPE_LLM_MAX_SENTENCES must be at least 1")
     if settings.openers not in ("on", "off"):

@@ -50,7 +50,7 @@ def open_engine(url: str, migrate: bool = True) -> Engine:
     parsed = normalise_url(url)
     try:
         if parsed.get_backend_name() == "sqlite":
-            engine = create_engine(parsed, connect_args={"timeout": 30})
+            engine = create_engine(parsed, connect_args={"timeout": 10})
 
             @event.listens_for(engine, "connect")
             def _pragmas(conn, _record):  # type: ignore[no-untyped-def]

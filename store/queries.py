@@ -126,6 +126,12 @@ def iter_rows(
             yield Row(pos, seq, stream_seq, subject, digest, decode_row(pos, body, digest))
 
 
+def in_stream_order(rows: Iterable[Row], kind: type[Event] | tuple[type[Event], ...]) -> list[Row]:
+    """The rows of some event types in the order their stream holds them (the order a consumer
+    was given them, and the order their producer emitted them)."""
+    return sorted((r for r in rows if isinstance(r.event, kind)), key=lambda r: (r.stream_seq or 0, r.seq))
+
+
 def run_started(rows: Iterable[Row]) -> RunStarted:
     for row in rows:
         if isinstance(row.event, RunStarted):

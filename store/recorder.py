@@ -17,13 +17,27 @@ from typing import Any
 import orjson
 from sqlalchemy import Engine, bindparam, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import (
+    DBAPIError,
+    DisconnectionError,
+    IntegrityError,
+    InterfaceError,
+    OperationalError,
+)
 
 from events import codec
 from events.base import Event
 from events.run import RunEnded, RunStarted
 from store.queries import decode_row
 from store.schema import consumers, events, runs
+
+
+def store_away(exc: BaseException) -> bool:
+    """Whether a failed write failed because the store is away (down, unreachable, restarting,
+    locked by another process), not because of what was written: worth trying again later."""
+    if isinstance(exc, OperationalError | InterfaceError | DisconnectionError):
+        return True
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
 
 
 @dataclass(frozen=True, slots=True)

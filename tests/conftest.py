@@ -38,7 +38,7 @@ async def demo(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFacto
     """One recorded 20-second demo show: (settings, result, engine, messages per family on the streams)."""
     from app.shows import load_show
     from app.supervisor import Stage, run_show
-    from events.subjects import FAMILIES, stream_name
+    from tests.showkit import stream_counts
 
     tmp = tmp_path_factory.mktemp("demo")
     settings = load_settings(
@@ -46,10 +46,7 @@ async def demo(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFacto
     )
     async with Stage(settings) as stage:
         result = await run_show(stage, load_show(), 20.0)
-        counts = {}
-        for family in FAMILIES:
-            info = await stage.js.stream_info(stream_name(family), subjects_filter=f"troupe.{result.run}.>")
-            counts[family] = sum((info.state.subjects or {}).values()) if info.state.subjects else 0
+        counts = await stream_counts(stage.js, result.run)
     engine = Stage(settings).engine
     return settings, result, engine, counts
 

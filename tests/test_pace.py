@@ -75,18 +75,20 @@ def test_the_llm_actor_measures_its_writer_and_the_voice_and_tells_when_it_moves
     llm = LLMActor(load_settings(environ={}), writer=Steady())  # type: ignore[arg-type]
     llm.handle(ThrottleChanged(id="t", run="r1", window_tokens=400, reason="test"), ctx(0, RUN))
     cue = CueIssued(id="c1", run="r1", role="host", correlation="d1", seq=1, user="ann", text="hi there",
-                    danmaku=("d1",), routed_by="mention", priority=2.0, max_sentences=3)
+                    danmaku=("d1",), routed_by="mention", priority=2.0, max_sentences=3, opener="Oh, hi ann!")
+    llm.noticed(cue)  # as the runtime does when it arrives: its chunk 0 (the director's) is an opener
     out = list(llm.handle(cue, ctx(100, RUN)))
     [told] = [e for e in out if isinstance(e, RolePaceMeasured)]
     assert told.role == "host" and told.backend == "steady" and told.replies == 1
     assert 100 <= told.first_sentence_ms < 2000 and 40 <= told.sentence_write_ms < 1000  # wall clock, loaded machine
     assert told.speech_ms == 0  # nothing spoken yet
     chunks = [e for e in out if isinstance(e, UtteranceChunk)]
+    assert [c.seq for c in chunks] == [1, 2, 3]  # after the opener
     spoken: list[object] = []
-    for chunk in chunks:
-        spoken += llm.handle(VisemeTrack(id=f"v{chunk.seq}", run="r1", role="host", utterance="c1", audio="a",
-                                         seq=chunk.seq, start_ms=0, end_ms=1800 if chunk.seq else 700,
-                                         text=chunk.text, visemes=(), chunk=chunk.seq, chunk_done=True),
+    for seq, text in [(0, cue.opener), *((c.seq, c.text) for c in chunks)]:
+        spoken += llm.handle(VisemeTrack(id=f"v{seq}", run="r1", role="host", utterance="c1", audio="a",
+                                         seq=seq, start_ms=0, end_ms=1800 if seq else 700,
+                                         text=text, visemes=(), chunk=seq, chunk_done=True),
                              ctx(200, RUN))
     paces = [e for e in spoken if isinstance(e, RolePaceMeasured)]
     assert paces and paces[-1].opener_ms == 700 and paces[-1].speech_ms == 1800  # chunk 0 was the opener

@@ -11,7 +11,7 @@ from typing import Any
 from actors.backends.protocols import RoleLook, RoleState, StageDrawer
 from actors.backends.render_torch import StageRenderer
 from actors.render import FrameMemo, Redrawer, RenderActor, batches, draw_frame, draw_frames
-from events.frame import FrameRendered
+from events.frame import FaceMark, FrameRendered
 from events.show import show_from_dict
 from events.viseme import VisemeMark, VisemeTrack
 from infra.settings import load_settings
@@ -52,13 +52,17 @@ def test_redrawing_in_batches_gives_the_frames_one_by_one(tmp_path: Path) -> Non
     run = demo_run("r1", resolution="360p")
     settings = load_settings(environ={}, out_dir=tmp_path)
     lines = [track(100, 900), track(1000, 1640)]
-    jobs = [(n, lines[n >= 25], "360p" if n % 20 < 13 else "480p") for n in range(45)]
+    happy = (FaceMark("host", "happy", "neutral", 8, 2, 4),)  # what a recorded frame drew: half way to happy
+    jobs = [(n, lines[n >= 25], "360p" if n % 20 < 13 else "480p", None if n % 3 else happy, "#203040" if n > 40 else "")
+            for n in range(45)]
     singles = Redrawer(run, settings)
     expected = [singles.draw(*job) for job in jobs]
     batched = Redrawer(run, settings)
     frames = [f for batch in batches(jobs) for f in batched.draw_batch(batch)]
     assert frames == expected
     assert {f.resolution for f in frames} == {"360p", "480p"}
+    assert frames[3].faces == happy and frames[1].faces[0].expression == "neutral"  # recorded, or the run's own
+    assert frames[44].background == "#203040" and frames[40].background == ""
     assert [len(b) for b in batches(jobs)] == [8, 8, 8, 8, 8, 5]
 
 

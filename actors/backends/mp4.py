@@ -98,7 +98,7 @@ class Mp4Writer:
         if self._closed:
             raise RuntimeError(f"{self._path} is closed")
 
-    def _to_frame(self, image: bytes | np.ndarray | Any) -> av.VideoFrame:
+    def to_frame(self, image: bytes | np.ndarray | Any) -> av.VideoFrame:
         """Decodes or wraps image, then scales it to the writer's size in limited-range yuv420p."""
         if isinstance(image, bytes | bytearray | memoryview):
             # FFmpeg's mjpeg decoder measured ~3x faster than Pillow's at 720p here.
@@ -119,7 +119,7 @@ class Mp4Writer:
     def write_frame(self, image: bytes | np.ndarray | Any) -> None:
         """Appends one video frame: JPEG bytes or uint8 HxWx3 RGB of any size."""
         self._check_open()
-        frame = self._to_frame(image)
+        frame = self.to_frame(image)
         frame.pts, frame.time_base = self._frames, self._vtb
         # Decoded JPEGs are tagged I; libx264 would then make every frame a keyframe (50x bigger, 2x slower).
         frame.pict_type = PictureType.NONE

@@ -205,15 +205,28 @@ class RoleLook:
     name: str
     color: str
     shape: str = "round"
+    avatar: str = ""  # a folder of layered art (actors.backends.avatar); "": the procedural figure
+
+
+# A face is drawn in steps (equal steps draw equal pictures): an eased change in sixteenths, the
+# eyes' turn in four steps each way, a nod in eighths.
+BLEND_STEPS, GAZE_STEPS, NOD_STEPS = 16, 4, 8
 
 
 @dataclass(frozen=True, slots=True)
 class RoleState:
-    """What one role does in one frame."""
+    """What one role does in one frame: its mouth, and its face (``actors.faces``): the expression
+    it shows, eased from ``previous`` (``blend`` of the way, 1: all of it), where it looks
+    (``gaze``: -1 far left, 0 the audience, 1 far right) and how far a nod has its head down."""
 
     role: str
     viseme: str
     speaking: bool
+    expression: str = "neutral"
+    previous: str = "neutral"
+    blend: float = 1.0
+    gaze: float = 0.0
+    nod: float = 0.0
 
 
 class StageDrawer(Protocol):
@@ -237,6 +250,10 @@ class StageDrawer(Protocol):
     def scene_key(self, t_ms: int, states: Sequence[RoleState], subtitle: str | None) -> tuple[Hashable, ...]:
         """Equal for two frames whose pictures are equal."""
         ...
+
+    def set_background(self, background: str) -> None:
+        """Draw the next frames with another back wall ("", "#rrggbb" or an image file); a
+        drawer that has only one ignores it."""
 
     def draw(self, t_ms: int, states: Sequence[RoleState], subtitle: str | None) -> Any:
         """The picture of the stage at ``t_ms`` (whatever ``encode`` takes)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,17 +21,29 @@ import simplejpeg
 import torch
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
-from actors.backends.protocols import RESOLUTIONS, RoleLook, RoleState, StageDrawer
+from actors.backends.avatar import Avatar, check
+from actors.backends.avatar_stage import ArtRole
+from actors.backends.protocols import (
+    BLEND_STEPS,
+    GAZE_STEPS,
+    NOD_STEPS,
+    RESOLUTIONS,
+    RoleLook,
+    RoleState,
+    StageDrawer,
+)
 from actors.backends.stage_art import (
     DETAILS,
-    EYE_BOX,
+    EXPRESSIONS,
+    FACE_BOX,
     MOUTH_BOX,
     MOUTHS,
     SILHOUETTES,
     VISEMES,
+    Color,
     Font,
     draw_backdrop,
-    draw_eyes,
+    draw_face,
     draw_mouth,
     draw_part,
     find_font_file,
@@ -52,14 +65,38 @@ Frame = tuple[int, Sequence[RoleState], str | None]  # (t_ms, states, subtitle)
 GpuJpeg = Callable[[list[torch.Tensor], int], list[torch.Tensor]]  # CHW uint8 -> JPEG bytes
 
 
+_AVATARS: dict[str, Avatar] = {}
+_AVATARS_LOCK = threading.Lock()
+
+
+def avatar_at(folder: str) -> Avatar:
+    """An avatar folder, read and checked once per process."""
+    with _AVATARS_LOCK:
+        if folder not in _AVATARS:
+            _AVATARS[folder] = check(folder)
+        return _AVATARS[folder]
+
+
+def _pixels(device: torch.device | None, arr: np.ndarray) -> Any:
+    """An array as the drawer keeps it: itself on the CPU (``device`` None), else a tensor on ``device``."""
+    # On CPU, numpy copies stay on the calling thread; torch copies this size fan out to its
+    # OpenMP pool, whose spin-waiting workers then starve x264's threads on a 2-core box.
+    return arr if device is None else torch.from_numpy(np.ascontiguousarray(arr)).to(device)
+
+
+def resolution_of(size: tuple[int, int]) -> str:
+    """The name of a resolution's (width, height)."""
+    return next(name for name, wh in RESOLUTIONS.items() if wh == size)
+
+
 class _Scene:
     """Every cached tensor for one resolution; replaced whole, so draw() never sees half a rebuild."""
 
-    __slots__ = ("amp", "band", "base", "device", "eyes", "font", "mouths", "size", "slots", "sub_cache",
-                 "tags", "tensors", "tiles")
+    __slots__ = ("amp", "art", "band", "bares", "base", "device", "face_lock", "faces", "font", "masks", "mouths",
+                 "nod", "size", "slots", "sub_cache", "tags", "tensors", "tiles", "turn")
 
     def __init__(self, looks: Sequence[RoleLook], size: tuple[int, int], seed: int, font_path: str | None,
-                 device: torch.device, tensors: bool = False) -> None:
+                 device: torch.device, tensors: bool = False, background: str = "") -> None:
         w, h = size
         self.size, self.device = size, device
         self.tensors = tensors or device.type != "cpu"
@@ -72,14 +109,22 @@ class _Scene:
         bh = round(bw / 0.62)
         # Room for the highlight glow, kept inside the role's slot when many roles share the stage.
         gp = max(2, min(round(0.03 * h), int((slot_w - bw) / 2) - 1))
-        bg = draw_backdrop(w, h, desk_y, band_y, seed)
+        bg = draw_backdrop(w, h, desk_y, band_y, seed, background)
         tag_font = load_font(font_path, round(0.03 * h))
         self.font = load_font(font_path, round(0.042 * h))
         self.tiles: list[list[list[Pixels]]] = []  # [role][lit][bob + amp]
         self.tags: list[list[Pixels]] = []  # [role][lit]
-        self.eyes: list[Pixels] = []  # closed eyes per role
+        # The eyes and brows per role, drawn when first shown: (expression, gaze step, closed) -> sprite;
+        # drawn from the role's bare face (supersampled), its colours and its line width.
+        self.faces: list[dict[tuple[str, int, float, bool], Pixels]] = []
+        self.bares: list[tuple[Image.Image, Box, Color, Color, int] | None] = []
+        self.masks: list[Pixels | None] = []  # per role: where its face box shows the head (HxWx3 booleans)
+        self.art: list[ArtRole | None] = []  # per role: its own layered art (None: a procedural role)
+        self.face_lock = threading.Lock()
         self.mouths: list[dict[str, Pixels]] = []  # [role][viseme]
-        self.slots: list[tuple[Box, Box, Box, Box]] = []  # tile, eyes (x, y, w, h), mouth (x, y, w, h), tag
+        self.turn = max(1, round(0.018 * h))  # the face's features move this far as the head turns
+        self.nod = max(1, round(0.02 * h))   # ... and this far down at the bottom of a nod
+        self.slots: list[tuple[Box, Box, Box, Box]] = []  # tile, face (x, y, w, h), mouth (x, y, w, h), tag
         for i, look in enumerate(looks):
             cx = round((i + 0.5) * slot_w)
             tx0, ty0 = cx - bw // 2 - gp, desk_y - bh - self.amp - gp
@@ -87,6 +132,19 @@ class _Scene:
             tag_w = min(round(slot_w * 0.92), round(tag_font.getlength(look.name)) + tag_h * 2)
             tag_box = (cx - tag_w // 2, desk_y + round(0.015 * h), cx + tag_w - tag_w // 2,
                        desk_y + round(0.015 * h) + tag_h)
+            if look.avatar:  # the role's own art
+                art = ArtRole(avatar_at(look.avatar), bg, cx, round(0.07 * h), desk_y, slot_w, self.amp,
+                              partial(_pixels, self.device if self.tensors else None))  # no cycle to the scene
+                self.art.append(art)
+                self.tiles.append([])
+                self.faces.append({})
+                self.bares.append(None)
+                self.masks.append(None)
+                self.mouths.append({})
+                self.slots.append((art.tile_box, (0, 0, 0, 0), (0, 0, 0, 0), tag_box))
+                self._tag(look, bg, tag_box, tag_font)
+                continue
+            self.art.append(None)
             self._role(look, bg, tile_box, tag_box, bw, bh, gp, tag_font)
         self.base = self._tensor(bg)
         self.band = bg.crop((0, band_y, w, h))
@@ -95,10 +153,7 @@ class _Scene:
     def _tensor(self, img: Image.Image) -> Pixels:
         """Pillow image -> contiguous uint8 HxWx3 pixels: numpy on CPU (unless ``tensors``), else a
         tensor on the device."""
-        arr = np.array(img.convert("RGB"))
-        # On CPU, numpy copies stay on the calling thread; torch copies this size fan out to its
-        # OpenMP pool, whose spin-waiting workers then starve x264's threads on a 2-core box.
-        return torch.from_numpy(arr).to(self.device) if self.tensors else arr
+        return _pixels(self.device if self.tensors else None, np.array(img.convert("RGB")))
 
     def _role(self, look: RoleLook, bg: Image.Image, tile_box: Box,
               tag_box: Box, bw: int, bh: int, gp: int,
@@ -124,7 +179,7 @@ class _Scene:
             return (gp + int(rel[0] * bw), gp + int(rel[1] * bh), gp + math.ceil(rel[2] * bw),
                     gp + math.ceil(rel[3] * bh))
 
-        ebox, mbox = box(EYE_BOX), box(MOUTH_BOX)
+        fbox, mbox = box(FACE_BOX), box(MOUTH_BOX)
         bare = canvas.copy()  # face without eyes or mouth; sprites start from crops of it
 
         def sprite(b: Box, paint: Callable[[Image.Image], None]) -> Image.Image:
@@ -133,8 +188,6 @@ class _Scene:
             paint(crop)
             return crop
 
-        ex = sprite(ebox, lambda im: draw_eyes(im, True, pal["dark"], lw)).reduce(ss)
-        canvas.paste(sprite(ebox, lambda im: draw_eyes(im, False, pal["dark"], lw)), (ebox[0] * ss, ebox[1] * ss))
         lips = mix(pal["dark"], (150, 40, 60), 0.5)
         mouths = {v: sprite(mbox, partial(draw_mouth, m=m, lips=lips, lw=lw)).reduce(ss) for v, m in MOUTHS.items()}
         body = canvas.reduce(ss).crop((0, 0, cw, th))
@@ -158,11 +211,20 @@ class _Scene:
                 row.append(self._tensor(tile))
             tiles.append(row)
         self.tiles.append(tiles)
-        self.eyes.append(self._tensor(ex))
+        self.faces.append({})
+        face_crop = bare.crop((fbox[0] * ss, fbox[1] * ss, fbox[2] * ss, fbox[3] * ss))
+        self.bares.append((face_crop, fbox, pal["dark"], pal["face"], lw))
+        mask = np.repeat((np.array(face_crop.reduce(ss).getchannel("A")) >= 128)[..., None], 3, axis=2)
+        self.masks.append(torch.from_numpy(mask).to(self.device) if self.tensors else mask)
         self.mouths.append({v: self._tensor(im) for v, im in mouths.items()})
         ox, oy = tile_box[0], tile_box[1] + self.amp
-        self.slots.append((tile_box, (ox + ebox[0], oy + ebox[1], ex.width, ex.height),
+        self.slots.append((tile_box, (ox + fbox[0], oy + fbox[1], fbox[2] - fbox[0], fbox[3] - fbox[1]),
                            (ox + mbox[0], oy + mbox[1], mbox[2] - mbox[0], mbox[3] - mbox[1]), tag_box))
+        self._tag(look, bg, tag_box, tag_font)
+
+    def _tag(self, look: RoleLook, bg: Image.Image, tag_box: Box, tag_font: Font) -> None:
+        """The role's name tag, plain (painted on the backdrop) and lit."""
+        main = parse_rgb(look.color)
         tags = []
         for hl in (False, True):
             tag = bg.crop(tag_box)
@@ -178,6 +240,23 @@ class _Scene:
             if not hl:
                 bg.paste(tag, tag_box[:2])
         self.tags.append(tags)
+
+    def face(self, i: int, expression: str, gaze: int, nod: float, closed: bool) -> Pixels:
+        """Role ``i``'s eyes and brows (turned ``gaze`` steps, ``nod`` of the way down): drawn the
+        first time they are shown, then kept."""
+        key = (expression, gaze, nod, closed)
+        sprite = self.faces[i].get(key)
+        if sprite is None:
+            bare = self.bares[i]
+            assert bare is not None  # a procedural role
+            crop, _, dark, skin, lw = bare
+            img = crop.copy()
+            shift = (gaze / GAZE_STEPS * self.turn * _SS, nod * self.nod * _SS)
+            draw_face(img, expression, gaze, closed, dark, skin, lw, shift)
+            sprite = self._tensor(img.reduce(_SS))
+            with self.face_lock:
+                self.faces[i][key] = sprite
+        return sprite
 
     def subtitle(self, text: str) -> Pixels:
         """The subtitle band with text on a box, rasterised once per text (bounded LRU)."""
@@ -207,6 +286,37 @@ class _Scene:
         if len(self.sub_cache) > _SUB_CACHE:
             self.sub_cache.popitem(last=False)
         return tensor
+
+
+_NEUTRAL = ("neutral", "neutral", 1.0, 0, 0.0)
+
+
+def _face_of(state: RoleState) -> tuple[str, str, float, int, float]:
+    """What a frame draws of a role's face, in the steps it is drawn in: the expression, the one
+    it eases from, how far, the gaze step and the nod, each in its steps."""
+    blend = round(min(1.0, max(0.0, state.blend)) * BLEND_STEPS) / BLEND_STEPS
+    gaze = round(max(-1.0, min(1.0, state.gaze)) * GAZE_STEPS)
+    nod = round(min(1.0, max(0.0, state.nod)) * NOD_STEPS) / NOD_STEPS
+    return state.expression, state.previous if blend < 1.0 else state.expression, blend, gaze, nod
+
+
+def _paste(region: Any, sprite: Pixels, mask: Pixels) -> None:
+    """``sprite`` onto ``region`` where ``mask`` (its opaque pixels, per channel) says."""
+    if isinstance(region, np.ndarray):
+        np.copyto(region, sprite, where=mask)  # far cheaper than boolean indexing
+    else:
+        assert isinstance(mask, torch.Tensor) and isinstance(sprite, torch.Tensor)
+        region.copy_(torch.where(mask, sprite, region))
+
+
+def _mixed(before: Pixels, after: Pixels, blend: float) -> Pixels:
+    """``before`` eased ``blend`` of the way into ``after`` (a cross-fade of two sprites)."""
+    if isinstance(after, np.ndarray):
+        assert isinstance(before, np.ndarray)
+        mixed = before.astype(np.float32) * (1.0 - blend) + after.astype(np.float32) * blend
+        return np.rint(mixed).astype(np.uint8)
+    assert isinstance(before, torch.Tensor)
+    return torch.round(before.float() * (1.0 - blend) + after.float() * blend).to(torch.uint8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,20 +359,40 @@ class StageRenderer(StageDrawer):
             blink, breath = rng.randrange(2800, 5200), rng.randrange(3200, 4400)
             rhythms.append(_Rhythm(blink, rng.randrange(blink), breath, rng.randrange(breath)))
         self._rhythms = tuple(rhythms)
+        self._background = ""
+        self._scenes: dict[tuple[str, str], _Scene] = {}  # (resolution, back wall) -> its sprites
         self._scene = self._build(resolution)
         self._gpu_jpeg = gpu_jpeg(self._device) if self._device.type == "cuda" else None
 
     def _build(self, resolution: str) -> _Scene:
-        """Renders every cached sprite for one resolution."""
+        """Renders every cached sprite for one resolution (and the current back wall), or finds
+        them built: a show switching between its segments' walls rebuilds nothing."""
         if resolution not in RESOLUTIONS:
             raise ValueError(f"unknown resolution {resolution!r}; one of {sorted(RESOLUTIONS)}")
-        size = RESOLUTIONS[resolution]
-        return _Scene(self._looks, size, self._seed, self._font_path, self._device, self._tensors)
+        key = (resolution, self._background)
+        scene = self._scenes.get(key)
+        if scene is None:
+            scene = _Scene(self._looks, RESOLUTIONS[resolution], self._seed, self._font_path, self._device,
+                           self._tensors, self._background)
+            self._scenes = {k: v for k, v in self._scenes.items() if k[0] == resolution}  # one resolution kept
+            self._scenes[key] = scene
+        return scene
 
     def set_resolution(self, resolution: str) -> None:
         """Switches resolution; the next draw() uses the rebuilt caches."""
         if RESOLUTIONS.get(resolution) != self._scene.size:
             self._scene = self._build(resolution)
+
+    @property
+    def background(self) -> str:
+        """The back wall drawn: "" (the default), "#rrggbb" or an image file."""
+        return self._background
+
+    def set_background(self, background: str) -> None:
+        """Draws the next frames with another back wall (its sprites built on first use)."""
+        if background != self._background:
+            self._background = background
+            self._scene = self._build(resolution_of(self._scene.size))
 
     @property
     def size(self) -> tuple[int, int]:
@@ -294,8 +424,9 @@ class StageRenderer(StageDrawer):
             looks.append((
                 st is not None and st.speaking, st.viseme if st else "sil",
                 self.breath_offset(look.role, t_ms), self.eyes_closed(look.role, t_ms),
+                *(_face_of(st) if st is not None else _NEUTRAL),
             ))
-        return (self._scene.size, subtitle or None, tuple(looks))
+        return (self._scene.size, self._background, subtitle or None, tuple(looks))
 
     def draw(self, t_ms: int, states: Sequence[RoleState], subtitle: str | None) -> torch.Tensor:
         """Renders the frame at t_ms as a uint8 HxWx3 tensor on the drawer's device."""
@@ -337,6 +468,8 @@ class StageRenderer(StageDrawer):
                 raise ValueError(f"unknown role {given.role!r}")
             if given.viseme not in MOUTHS:
                 raise ValueError(f"unknown viseme {given.viseme!r}; one of {VISEMES}")
+            if given.expression not in EXPRESSIONS or given.previous not in EXPRESSIONS:
+                raise ValueError(f"unknown expression {given.expression!r}; one of {EXPRESSIONS}")
             by_role[given.role] = given
         return by_role
 
@@ -348,13 +481,26 @@ class StageRenderer(StageDrawer):
             st = by_role.get(look.role)
             lit = st is not None and st.speaking
             d = self.breath_offset(look.role, t_ms)
-            (tx0, ty0, tx1, ty1), (ex, ey, ew, eh), (mx, my, mw, mh), tag = scene.slots[i]
-            out[ty0:ty1, tx0:tx1] = scene.tiles[i][lit][d + amp]
+            (tx0, ty0, tx1, ty1), (fx, fy, fw, fh), (mx, my, mw, mh), tag = scene.slots[i]
             if lit:
                 out[tag[1]:tag[3], tag[0]:tag[2]] = scene.tags[i][1]
-            if self.eyes_closed(look.role, t_ms):
-                out[ey + d:ey + d + eh, ex:ex + ew] = scene.eyes[i]
-            out[my + d:my + d + mh, mx:mx + mw] = scene.mouths[i][st.viseme if st else "sil"]
+            expression, previous, blend, gaze, nod = _face_of(st) if st is not None else _NEUTRAL
+            closed = self.eyes_closed(look.role, t_ms)
+            art = scene.art[i]
+            if art is not None:
+                art.draw(out, lit, d, expression, previous, blend, closed, st.viseme if st else "sil",
+                         round(gaze / GAZE_STEPS * scene.turn), round(nod * scene.nod))
+                continue
+            out[ty0:ty1, tx0:tx1] = scene.tiles[i][lit][d + amp]
+            # The head turns and nods: its features move with it (the mouth never moves by itself).
+            face = scene.face(i, expression, gaze, nod, closed)
+            if blend < 1.0:  # easing from the expression before
+                face = _mixed(scene.face(i, previous, gaze, nod, closed), face, blend)
+            mask = scene.masks[i]
+            assert mask is not None
+            _paste(out[fy + d:fy + d + fh, fx:fx + fw], face, mask)
+            dx, dy = round(gaze / GAZE_STEPS * scene.turn), d + round(nod * scene.nod)
+            out[my + dy:my + dy + mh, mx + dx:mx + dx + mw] = scene.mouths[i][st.viseme if st else "sil"]
         if subtitle:
             band = scene.subtitle(subtitle)
             out[scene.size[1] - band.shape[0]:] = band

@@ -11,6 +11,8 @@ from types import MappingProxyType
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from actors.backends.protocols import GAZE_STEPS
+
 Color = tuple[int, int, int]
 Font = ImageFont.FreeTypeFont | ImageFont.ImageFont
 
@@ -58,7 +60,9 @@ DETAILS = MappingProxyType({
     "tall": (("r", .46, .56, .54, .92, "dark", .02), ("e", .47, .01, .53, .05, "face", 0)),
 })
 EYE_BOX = (0.27, 0.185, 0.73, 0.335)
+FACE_BOX = (0.25, 0.12, 0.75, 0.345)  # the eyes with their brows: what an expression changes
 MOUTH_BOX = (0.34, 0.365, 0.66, 0.475)
+EXPRESSIONS = ("neutral", "happy", "sad", "angry", "surprised", "thinking")
 
 
 def parse_rgb(color: str) -> Color:
@@ -200,21 +204,89 @@ def draw_eyes(img: Image.Image, closed: bool, dark: Color, lw: int) -> None:
         draw.ellipse((cx - rx * 0.1, h / 2 - ry * 0.4, cx + rx * 0.25, h / 2 - ry * 0.05), fill=(255, 255, 255))
 
 
-def draw_backdrop(w: int, h: int, desk_y: int, band_y: int, seed: int) -> Image.Image:
-    """Back wall gradient with seeded stars, the desk and the subtitle band."""
+def draw_backdrop(w: int, h: int, desk_y: int, band_y: int, seed: int, background: str = "") -> Image.Image:
+    """The back wall (a gradient with seeded stars; a colour "#rrggbb"; or an image file,
+    scaled to cover it), the desk and the subtitle band."""
     ys = np.linspace(0.0, 1.0, desk_y, dtype=np.float32)[:, None]
     wall = np.array([16, 18, 42], np.float32) + ys * np.array([34, 14, 34], np.float32)
     img = np.empty((h, w, 3), np.uint8)
     img[:desk_y] = np.round(wall).astype(np.uint8)[:, None, :]
+    if background.startswith("#"):
+        img[:desk_y] = parse_rgb(background)
     img[desk_y:band_y] = (84, 56, 48)
     img[band_y:] = (14, 13, 22)
     pic = Image.fromarray(img)
     draw = ImageDraw.Draw(pic, "RGBA")  # RGBA mode on an RGB image blends the faint stars
-    rng = np.random.default_rng(seed)
-    for x, y, r, a in zip(rng.random(90), rng.random(90), rng.random(90), rng.random(90), strict=True):
-        rad = (0.5 + 1.5 * r) * h / 720
-        py = y * desk_y * 0.9
-        draw.ellipse((x * w - rad, py - rad, x * w + rad, py + rad), fill=(255, 250, 230, int(60 + 140 * a)))
+    if background and not background.startswith("#"):
+        with Image.open(background) as src:
+            picture = src.convert("RGB")
+        scale = max(w / picture.width, desk_y / picture.height)  # cover the wall, centred
+        size = (max(w, round(picture.width * scale)), max(desk_y, round(picture.height * scale)))
+        picture = picture.resize(size, Image.Resampling.LANCZOS)
+        left, top = (size[0] - w) // 2, (size[1] - desk_y) // 2
+        pic.paste(picture.crop((left, top, left + w, top + desk_y)), (0, 0))
+    elif not background:
+        rng = np.random.default_rng(seed)
+        for x, y, r, a in zip(rng.random(90), rng.random(90), rng.random(90), rng.random(90), strict=True):
+            rad = (0.5 + 1.5 * r) * h / 720
+            py = y * desk_y * 0.9
+            draw.ellipse((x * w - rad, py - rad, x * w + rad, py + rad), fill=(255, 250, 230, int(60 + 140 * a)))
     draw.rectangle((0, desk_y, w, desk_y + max(2, h // 180)), fill=(150, 110, 80, 255))
     return pic.convert("RGBA")
 
+
+
+# Brows per expression: (inner end's rise, outer end's rise, arch) as fractions of the eye's
+# height, for the left eye (the right one mirrors it); thinking raises one brow only.
+_BROWS = MappingProxyType({
+    "neutral": (0.0, 0.0, 0.25), "happy": (0.35, 0.3, 0.55), "sad": (0.55, -0.15, 0.1),
+    "angry": (-0.45, 0.3, 0.0), "surprised": (0.7, 0.6, 0.6), "thinking": (0.0, 0.0, 0.2),
+})
+
+
+def draw_face(img: Image.Image, expression: str, gaze: int, closed: bool, dark: Color, skin: Color,
+              lw: int, shift: tuple[float, float] = (0.0, 0.0)) -> None:
+    """Draws the eyes and brows of an expression into img (a supersampled crop of ``FACE_BOX``),
+    the pupils turned ``gaze`` steps (of ``GAZE_STEPS``) to the right (negative: left), every
+    feature moved by ``shift`` pixels (the head turning and nodding under them)."""
+    w, h = img.size
+    draw = ImageDraw.Draw(img)
+    eye_top = h * (EYE_BOX[1] - FACE_BOX[1]) / (FACE_BOX[3] - FACE_BOX[1])
+    eye_h = h - eye_top - h * (FACE_BOX[3] - EYE_BOX[3]) / (FACE_BOX[3] - FACE_BOX[1])
+    cy = eye_top + eye_h / 2 + shift[1]
+    rx, ry = w * 0.13, eye_h * 0.36
+    if expression == "surprised":
+        rx, ry = rx * 1.12, ry * 1.25
+    look = gaze / GAZE_STEPS * rx * 0.45
+    up = -ry * 0.3 if expression == "thinking" else 0.0
+    for side, cx in ((-1, w * 0.28 + shift[0]), (1, w * 0.72 + shift[0])):
+        box = (cx - rx, cy - ry, cx + rx, cy + ry)
+        if closed or expression == "happy":  # a closed eye, or the smiling eye's arch
+            bend = -ry * 0.9 if expression == "happy" and not closed else ry * 0.4
+            arc_box = (box[0], box[1] + bend, box[2], box[3] + bend)
+            start, end = (195, 345) if expression == "happy" and not closed else (15, 165)
+            draw.arc(arc_box, start, end, fill=dark, width=lw)
+        else:
+            draw.ellipse(box, fill=(250, 250, 250), outline=dark, width=max(1, lw // 2))
+            pr = 0.38 if expression == "surprised" else 0.5
+            px, py = cx + look, cy + up
+            draw.ellipse((px - rx * pr, py - ry * (pr + 0.05), px + rx * pr, py + ry * (pr + 0.05)), fill=(30, 24, 40))
+            draw.ellipse((px - rx * 0.1, py - ry * 0.4, px + rx * 0.25, py - ry * 0.05), fill=(255, 255, 255))
+            if expression in ("sad", "angry"):  # a lid over the eye's top, slanted by the expression
+                drop = ry * 0.75
+                inner_y, outer_y = ((box[1] + drop * 0.3, box[1] + drop) if expression == "sad" else
+                                    (box[1] + drop, box[1] + drop * 0.2))
+                xi, xo = cx + side * rx * 1.1, cx - side * rx * 1.1
+                draw.polygon([(xo, box[1] - lw), (xi, box[1] - lw), (xi, inner_y), (xo, outer_y)], fill=skin)
+                draw.line([(xo, outer_y), (xi, inner_y)], fill=dark, width=max(1, lw // 2))
+        # The brow, over the eye: from its outer end to its inner end, raised and arched.
+        inner, outer, arch = _BROWS.get(expression, _BROWS["neutral"])
+        if expression == "thinking" and side == 1:
+            inner, outer, arch = 0.7, 0.6, 0.5
+        rise_in, rise_out = inner * eye_h * 0.35, outer * eye_h * 0.35
+        base = cy - ry - eye_h * 0.2
+        x_out, x_in = cx - side * rx * 1.05, cx + side * rx * 0.85
+        points = [(x_out + (x_in - x_out) * k / 8,
+                   base - (rise_out + (rise_in - rise_out) * k / 8) - arch * eye_h * 0.15 * (1 - (2 * k / 8 - 1) ** 2))
+                  for k in range(9)]
+        draw.line(points, fill=dark, width=max(2, lw), joint="curve")

@@ -46,17 +46,25 @@ from actors.runtime.delivery import (
     decode,
     message_id,
     message_key,
-    publish_failure,
 )
 from actors.runtime.observe import OBSERVE_PERIOD_S, Observations
 from actors.runtime.runs import Clock, RunDirectory, RunLifecycle, RunView
 from actors.runtime.scheduled import WorkQueue
+from actors.runtime.takeover import Takeover, rebuild
 from events.base import Event, derive_id
 from events.error import DeadLettered
 from events.errors import DecodeError
 from events.run import RunEnded, RunStarted
 from events.subjects import is_token, run_of, type_of
-from infra.bus import ConsumerSpec, provision_consumers, publish_event
+from infra.bus import (
+    ConsumerSpec,
+    RetryWindow,
+    acks,
+    failure,
+    provision_consumers,
+    publish_event,
+    transient,
+)
 from infra.logs import log_context
 from infra.metrics import Metrics
 from infra.settings import Settings
@@ -64,6 +72,12 @@ from infra.settings import Settings
 log = logging.getLogger(__name__)
 RESTARTS = 5
 HOUSEKEEPING_S = 1.0  # how often held runs are checked for release
+OUTAGE_BACKOFF_S = 5.0  # the longest wait between tries of a batch held by an outage (the store down)
+
+
+def one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"
 
 
 class ActorRuntime:
@@ -111,6 +125,7 @@ class ActorRuntime:
         self._batch_runs: set[str] = set()  # the runs of the batch being handled
         self.observations = Observations(name, self.durable)
         self._started_ms = int(clock() * 1000)  # set again by start()
+        self.takeover: Takeover | None = None  # what start() rebuilt (an actor that takes over)
 
     def consumer_specs(self) -> list[ConsumerSpec]:
         """The durable consumers this actor needs, one per input family."""
@@ -128,6 +143,15 @@ class ActorRuntime:
         self._started_ms = int(self.clock() * 1000)
         specs = self.consumer_specs()
         await provision_consumers(self.js, specs)
+        if self.actor.takes_over:  # shows on air: their state rebuilt from the streams first
+            self.takeover = await rebuild(self.js, self.actor, specs, self.runs, self.clock(),
+                                          self.settings.run_grace_s, self.settings.run_idle_s, self._in_thread)
+            for run in self.takeover.runs:
+                self.lifecycle.touch(run)
+            if self.takeover.runs:
+                log.warning("%s took over %d runs on air (%s): %d inputs handled again in %.2f s", self.actor.name,
+                            len(self.takeover.runs), ", ".join(self.takeover.runs), self.takeover.inputs,
+                            self.takeover.seconds)
         for spec in specs:
             sub = await self.js.pull_subscribe_bind(spec.durable, spec.stream)
             self._subs.append(sub)
@@ -174,6 +198,11 @@ class ActorRuntime:
                     raise
                 log.exception("%s crashed; restarting", name)
                 await asyncio.sleep(0.1 * len(crashes))
+
+    def fail(self, reason: str) -> None:
+        """Give up from outside (the lease this actor ran under was lost): ``failed`` answers."""
+        self.failure = reason
+        self._failed.set()
 
     async def failed(self) -> str:
         """Wait until the runtime gives up on a crashing loop; the reason."""
@@ -242,6 +271,7 @@ class ActorRuntime:
     # -- fetching and handling ------------------------------------------------
 
     async def _fetch_loop(self, sub: Any, spec: ConsumerSpec) -> None:
+        failing_since: float | None = None  # fetches failing (a consumer without a leader, NATS away)
         while not self._stopping.is_set():
             room = min(self.settings.fetch_batch, self.settings.max_inflight - self._inflight - self.waiting)
             if room <= 0:
@@ -251,10 +281,15 @@ class ActorRuntime:
                 msgs = await sub.fetch(batch=room, timeout=0.5)
             except (NatsTimeoutError, TimeoutError):
                 continue
-            except Exception as exc:  # noqa: BLE001 - connection trouble: log, back off, retry
-                log.warning("%s fetch failed: %s", spec.durable, exc)
+            except Exception as exc:  # noqa: BLE001 - connection trouble: log once, back off, retry
+                if failing_since is None:
+                    failing_since = time.monotonic()
+                    log.warning("%s fetch failed: %s; trying again", spec.durable, one_line(exc))
                 await asyncio.sleep(0.2)
                 continue
+            if failing_since is not None:
+                log.warning("%s fetches again after %.1f s", spec.durable, time.monotonic() - failing_since)
+                failing_since = None
             self._inflight += len(msgs)
             try:
                 await self._process(msgs, spec)
@@ -288,15 +323,23 @@ class ActorRuntime:
         await self._complete([d for d in deliveries if not d.queued])
 
     async def _complete(self, deliveries: list[Delivery]) -> None:
-        """Wait until the deliveries' outputs are stored, then ack (or retry) each."""
-        futures = [f for d in deliveries for f in d.futures]
-        if futures:
-            await asyncio.wait(futures)
+        """Wait until the deliveries' outputs are stored, then ack (or retry) each.  Outputs that
+        failed for a passing reason (a stream electing a new leader: a cluster lost a node) are
+        published again, as they were (the dedupe ids keep them once), for up to PUBLISH_RETRY_S,
+        without spending the input's deliveries."""
+        await acks([f for d in deliveries for f in d.futures])
+        window = RetryWindow(stop=self._stopping)
+        again = [d for d in deliveries if d.error is None and self._to_publish_again(d)]
+        while again and await window.wait(()):  # only passing failures are published again
+            for d in again:
+                d.futures = await self._publish([*d.streamed, *d.outputs])
+            await acks([f for d in again for f in d.futures])
+            again = [d for d in again if self._to_publish_again(d)]
         acked = 0
         for d in deliveries:
-            failure = next((e for e in map(publish_failure, d.futures) if e is not None), None)
-            if failure is not None and d.error is None:
-                d.fail(f"publish failed: {failure}")
+            why = next((e for e in map(failure, d.futures) if e is not None), None)
+            if why is not None and d.error is None:
+                d.fail(f"publish failed: {why}")
             acked += await self._settle(d)
         if acked:
             self._processed.inc(acked)
@@ -408,6 +451,7 @@ class ActorRuntime:
             event = await self._in_thread(next, it, None) if self.actor.blocking else next(it, None)
             if event is None:
                 return
+            d.streamed.append(event)
             d.futures += await self._publish([event])
 
     # -- scheduled actors -----------------------------------------------------
@@ -502,26 +546,93 @@ class ActorRuntime:
             rows += self.observations.queue_rows(now_ms, waiting, self.settings.max_inflight)
         known = {run: self.runs.known(run) for run, *_ in rows}
         out = self.observations.events(rows, known, now_ms)
-        if out:
-            await asyncio.gather(*await self._publish(out), return_exceptions=True)
+        if out:  # best effort: one missed is followed by the next a period later
+            await acks(await self._publish(out))
 
     # -- whole batches (the recorder) -----------------------------------------
 
     async def _consume_batch(self, actor: BatchActor, batch: list[Delivery], spec: ConsumerSpec) -> None:
-        try:
-            items = await arrivals(self.runs, actor, batch, spec)
-            await self._in_thread(actor.consume_batch, items)
-        except Exception as exc:  # noqa: BLE001 - the whole batch is retried
-            log.exception("%s batch failed", self.actor.name)
-            for d in batch:
-                d.fail(f"{type(exc).__name__}: {exc}")
+        """Hand a batch to the actor (the caller holds the actor's lock).  While the actor says it
+        failed for an outage (its store away), the batch is held: the lock is let go, its messages
+        are kept from redelivery, and it is tried again with a backoff up to OUTAGE_BACKOFF_S, as
+        long as the runtime runs (stopped, the messages are left unacked for the next recorder)."""
+        waited_from: float | None = None
+        delay = self.settings.nak_backoff_s
+        items: list[Any] | None = None
+        while True:
+            try:
+                if items is None:
+                    items = await arrivals(self.runs, actor, batch, spec)
+                await self._in_thread(actor.consume_batch, items)
+            except Exception as exc:  # noqa: BLE001 - the whole batch is retried
+                if items is not None and actor.outage(exc) and not self._stopping.is_set():
+                    now = time.monotonic()
+                    if waited_from is None:
+                        waited_from = now
+                        log.warning("%s: %s; holding %d events and trying again", self.actor.name,
+                                    one_line(exc), len(batch))
+                    self.metrics.outage_retries.labels(self.actor.name).inc()
+                    self._lock.release()
+                    try:
+                        await self._hold(batch, delay)
+                    finally:
+                        await self._lock.acquire()
+                    delay = min(delay * 2, OUTAGE_BACKOFF_S)
+                    continue
+                if self._stopping.is_set() and waited_from is not None:
+                    log.info("%s stopped while its store was away: %d events left for redelivery",
+                             self.actor.name, len(batch))
+                    for d in batch:
+                        d.left = True
+                    return
+                log.exception("%s batch failed", self.actor.name)
+                for d in batch:
+                    d.fail(f"{type(exc).__name__}: {exc}")
+                return
+            if waited_from is not None:
+                log.warning("%s: the batch went through after %.1f s", self.actor.name, time.monotonic() - waited_from)
+            return
+
+    async def _hold(self, batch: list[Delivery], delay_s: float) -> None:
+        """Wait ``delay_s`` (or until stopped), telling JetStream the batch is still being worked on."""
+        for d in batch:
+            with contextlib.suppress(Exception):
+                await d.msg.in_progress()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), delay_s)
 
     # -- publishing and settling ----------------------------------------------
 
-    async def _publish(self, outputs: Sequence[Event]) -> list[asyncio.Future[Any]]:
+    async def _stored(self, outputs: Sequence[Event], futures: list[asyncio.Future[Any]]) -> BaseException | None:
+        """Wait until published events are stored, publishing again for up to PUBLISH_RETRY_S those
+        that failed for a passing reason; the first lasting failure (None: all stored)."""
+        await acks(futures)
+        window = RetryWindow(stop=self._stopping)
+        while True:
+            failed = [(e, why) for e, f in zip(outputs, futures, strict=True) if (why := failure(f)) is not None]
+            if not failed:
+                return None
+            if not await window.wait(why for _, why in failed):
+                return failed[0][1]
+            outputs = [e for e, _ in failed]
+            futures = await self._publish(outputs)
+            await acks(futures)
+
+    def _to_publish_again(self, d: Delivery) -> bool:
+        errors = [e for e in map(failure, d.futures) if e is not None]
+        if errors and all(transient(e) for e in errors) and (d.outputs or d.streamed):
+            if not d.republished:
+                log.warning("%s: %d outputs not stored (%s); publishing them again", self.actor.name,
+                            len(errors), type(errors[0]).__name__)
+            d.republished += 1
+            return True
+        return False
+
+    async def _publish(self, outputs: Sequence[Event], at_ms: int | None = None) -> list[asyncio.Future[Any]]:
         futures = []
+        at_ms = at_ms or int(self.clock() * 1000)
         for event in outputs:
-            futures.append(await publish_event(self.js, event, at_ms=int(self.clock() * 1000)))
+            futures.append(await publish_event(self.js, event, at_ms=at_ms))
             counter = self._published.get(event.type)
             if counter is None:
                 counter = self._published[event.type] = self.metrics.published.labels(self.actor.name, event.type)
@@ -531,6 +642,8 @@ class ActorRuntime:
 
     async def _settle(self, d: Delivery) -> int:
         """Ack a delivery whose outputs are stored (returns 1); nak it for a retry, or dead-letter it."""
+        if d.left:
+            return 0
         if d.error is None:
             await d.msg.ack()
             return 1
@@ -556,9 +669,7 @@ class ActorRuntime:
             actor=self.actor.name, subject=d.msg.subject, reason=d.error or "unknown",
             deliveries=deliveries, stream_seq=seq, raw=d.msg.data,
         )
-        futures = await self._publish([letter])
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        if any(isinstance(r, BaseException) for r in results):
+        if await self._stored([letter], await self._publish([letter])) is not None:
             await d.msg.nak(delay=self.settings.nak_backoff_s)  # keep it: nothing may be lost
             return
         await d.msg.term()
@@ -588,9 +699,9 @@ class ActorRuntime:
                     log.exception("%s tick failed", actor.name)
                     outputs = []
                 futures = await self._publish(outputs)
-            for result in await asyncio.gather(*futures, return_exceptions=True):
-                if isinstance(result, BaseException):
-                    log.error("%s: a ticked event was not stored: %s", actor.name, result)
+            why = await self._stored(outputs, futures)
+            if why is not None:
+                log.error("%s: a ticked event was not stored: %s", actor.name, why)
 
     # -- runs held, queue depth -------------------------------------------------
 

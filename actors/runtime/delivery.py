@@ -54,6 +54,9 @@ class Delivery:
     error: str | None = None
     permanent: bool = False
     queued: bool = False      # waiting in the actor's scheduler
+    streamed: list[Event] = field(default_factory=list)  # a generator's outputs, published as yielded
+    republished: int = 0      # times its outputs were published again (a stream without a leader for a while)
+    left: bool = False        # neither acked nor retried: left to JetStream's redelivery (stopped mid-outage)
     progress_ms: int = 0      # when JetStream was last told it is still being worked on
     hop_ms: float | None = None  # from its emission to its fetch (observed once it is handled)
 
@@ -105,10 +108,3 @@ def decode(d: Delivery, spec: ConsumerSpec) -> DecodeError | None:
         return exc
     d.event = event
     return None
-
-
-def publish_failure(future: asyncio.Future[Any]) -> BaseException | None:
-    """Why a publish failed (None: it was stored)."""
-    if future.cancelled():
-        return asyncio.CancelledError("publish cancelled")
-    return future.exception()

@@ -10,12 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from nats.js import JetStreamContext
+from nats.js.api import RawStreamMsg
 from nats.js.errors import NotFoundError
 
 from actors.base import Context
 from events import codec
+from events.base import Event
 from events.errors import DecodeError
-from events.run import RunStarted
+from events.run import RunEnded, RunStarted
 from events.subjects import is_token, stream_name
 
 log = logging.getLogger(__name__)
@@ -23,6 +25,7 @@ Clock = Callable[[], float]
 # A message published this long before a lookup that found no run.started / run.ended is
 # covered by that lookup: room for the NATS server's clock against this process's clock.
 CLOCK_MARGIN_US = 1_000_000
+LOOKUP_SCAN = 64  # messages on a lifecycle subject looked through for a readable one
 MAX_RUNS = 10_000  # run starts cached at most (the ends and misses have their own bound)
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
@@ -106,20 +109,47 @@ class RunDirectory:
         if self._answers(self._missing.get(run), published_us, precise):
             return None
         sent_us = int(self._wall() * 1_000_000)
-        try:
-            raw = await self._js.get_last_msg(stream_name("run"), f"troupe.{run}.run.started")
-        except NotFoundError:
+        found = await self._lookup(run, "run.started", RunStarted)
+        if found is None:
             self._missed(self._missing, run, sent_us)
             return None
+        event = found[1]
+        assert isinstance(event, RunStarted)
+        self._keep(event)
+        return event
+
+    async def _lookup(self, run: str, type_: str, cls: type[Event]) -> tuple[RawStreamMsg, Event] | None:
+        """The run's lifecycle event of a type from the run stream: the last one on its subject,
+        or, when that is not one (a malformed or forged message published there), the first
+        that is, looking forward from the stream's start; None when there is none."""
+        subject = f"troupe.{run}.{type_}"
+        stream = stream_name("run")
+        try:
+            raw = await self._js.get_last_msg(stream, subject)
+        except NotFoundError:
+            return None
+        event = self._valid(raw, run, cls)
+        seq = 1
+        for _ in range(LOOKUP_SCAN):
+            if event is not None:
+                return raw, event
+            try:
+                raw = await self._js.get_msg(stream, seq=seq, subject=subject, next=True)
+            except NotFoundError:
+                return None
+            event = self._valid(raw, run, cls)
+            seq = (raw.seq or seq) + 1
+        log.warning("no readable %s of %s in the first %d messages on its subject", type_, run, LOOKUP_SCAN)
+        return None
+
+    @staticmethod
+    def _valid(raw: RawStreamMsg, run: str, cls: type[Event]) -> Event | None:
         try:
             event = codec.decode(raw.data or b"")
         except DecodeError as exc:
-            log.warning("the run.started of %s cannot be read: %s", run, exc)
+            log.warning("a message on %s cannot be read (skipped): %s", raw.subject, exc)
             return None
-        if isinstance(event, RunStarted):
-            self._keep(event)
-            return event
-        return None
+        return event if isinstance(event, cls) and event.run == run else None
 
     async def ended_at(self, run: str, published_us: int | None = None, precise: bool = False) -> int | None:
         """The stream time (us) of the run's ``run.ended``, or None while it has not ended."""
@@ -129,11 +159,11 @@ class RunDirectory:
         if self._answers(self._running.get(run), published_us, precise):
             return None
         sent_us = int(self._wall() * 1_000_000)
-        try:
-            raw = await self._js.get_last_msg(stream_name("run"), f"troupe.{run}.run.ended")
-        except NotFoundError:
+        found = await self._lookup(run, "run.ended", RunEnded)
+        if found is None:
             self._missed(self._running, run, sent_us)
             return None
+        raw = found[0]
         if raw.time is None:  # every stored message has a time; be safe: treat it as just now
             ended = sent_us
         else:

@@ -57,7 +57,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # What the user asked for is wrong (2), or something it needs failed (1).
         print(f"troupe: error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, ConfigError) and not isinstance(exc, RunError) else 1
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, asyncio.CancelledError):  # a second signal: stopped at once
+        print("troupe: stopped", file=sys.stderr)
         return 130
 
 

@@ -42,7 +42,13 @@ async def _actor(args: argparse.Namespace, settings: Settings) -> int:
     if "preview" in names:
         require_preview()
     async with Stage(settings) as stage:
-        runtimes = await stage.start_actors(names)
+        def standing_by(name: str, holder: str) -> None:
+            print(f"troupe: actor {name} standing by: {holder} runs it; taking over when it stops",
+                  file=sys.stderr, flush=True)
+
+        runtimes = await stage.start_actors(names, standing_by, stop, wait=True)
+        if stop.is_set():  # stopped while standing by
+            return 0
         page = None
         if "preview" in names:
             page = await serve_preview(stage, runtimes[names.index("preview")])

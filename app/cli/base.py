@@ -46,7 +46,7 @@ def global_options(parser: argparse.ArgumentParser, suppress: bool) -> None:
     On the subcommands they default to SUPPRESS, so the value given anywhere wins.
     """
     unset: object = argparse.SUPPRESS if suppress else None
-    parser.add_argument("--nats", default=unset, help="NATS URL (default: TROUPE_NATS_URL, else an embedded server)")
+    parser.add_argument("--nats", default=unset, help="NATS URL, or several comma-separated (default: TROUPE_NATS_URL, else an embedded server)")
     parser.add_argument("--store", default=unset,
                         help="store URL (default: TROUPE_STORE_URL, else SQLite in the state dir)")
     parser.add_argument("--state-dir", type=Path, default=unset,
@@ -82,12 +82,31 @@ class Command:
         )
 
 
-def stop_on_signals() -> asyncio.Event:
-    """An event set by SIGTERM or SIGINT: a worker stops cleanly (its models and files closed)."""
-    stop = asyncio.Event()
+class StopSignal(asyncio.Event):
+    """Set by the first SIGTERM or SIGINT (``reason`` names it): the command ends cleanly (a show
+    ends its run, closes its video and prints its summary; a worker closes its models and files).
+    A second signal cancels the command's task at once (its ``finally`` blocks still run)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reason: str | None = None
+        self._task = asyncio.current_task()
+
+    def received(self, sig: signal.Signals) -> None:
+        if self.is_set():
+            if self._task is not None:
+                self._task.cancel()
+            return
+        self.reason = sig.name
+        self.set()
+
+
+def stop_on_signals() -> StopSignal:
+    """A ``StopSignal`` that SIGTERM and SIGINT set, for the running task."""
+    stop = StopSignal()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stop.received, sig)
     return stop
 
 

@@ -1,4 +1,4 @@
-"""The service commands: ``troupe serve`` (the HTTP endpoint), ``provision``, ``nats-config``."""
+"""The service commands: ``troupe serve`` (the HTTP endpoint), ``provision``, ``nats-config``, ``avatar``."""
 
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ async def _provision(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("troupe provision needs a NATS server: --nats URL or TROUPE_NATS_URL")
     nc = await connect(settings.nats_url, "troupe-provision")
     try:
-        changed = await provision_streams(nc.jetstream(timeout=10.0), settings.frame_max_age_s)
+        changed = await provision_streams(nc.jetstream(timeout=10.0), settings.frame_max_age_s, settings.stream_replicas)
     except nats.errors.Error as exc:
         raise BusError(f"NATS at {masked_url(settings.nats_url)} refused to create the streams: {exc}") from None
     finally:
@@ -74,6 +74,25 @@ async def _nats_config(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _avatar_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("folder", help="an avatar folder (layered PNGs and avatar.toml)")
+    parser.add_argument("--sample", action="store_true", help="write the sample avatar (Pip) into the folder first")
+
+
+async def _avatar(args: argparse.Namespace, settings: Settings) -> int:
+    from actors.backends.avatar import AvatarError, check, digest, make_sample
+
+    try:
+        if args.sample:
+            make_sample(args.folder)
+        avatar = check(args.folder)
+    except AvatarError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"{args.folder}: {avatar.size[0]}x{avatar.size[1]}, mouths {', '.join(avatar.mouths)}, expressions "
+          f"{', '.join(avatar.expressions) or 'none'}; sha256 {digest(args.folder)}")
+    return 0
+
+
 def _no_options(parser: argparse.ArgumentParser) -> None:
     """The command takes the global options only."""
 
@@ -84,4 +103,6 @@ COMMANDS = (
     Command("provision", "create or update the JetStream streams on TROUPE_NATS_URL, then exit", _no_options, _provision),
     Command("nats-config", "print the nats-server config with a user per service and its permissions",
             _config_options, _nats_config, common=False),
+    Command("avatar", "check an avatar folder (look.avatar), or write the sample one with --sample",
+            _avatar_options, _avatar, common=False),
 )

@@ -19,6 +19,7 @@ from app.cli.base import (
     page_options,
     require_preview,
     serve_preview,
+    stop_on_signals,
 )
 from app.registry import ACTORS
 from app.shows import load_show
@@ -71,17 +72,22 @@ async def _up(args: argparse.Namespace, settings: Settings) -> int:
     preview = args.preview or "preview" in names
     if preview:
         require_preview()
+    stop = stop_on_signals()  # SIGTERM or SIGINT: the run ends where it is, the video and summary still come
     async with Stage(settings) as stage:
         page = await serve_preview(stage) if preview else None
         roles = f"{len(show.roles)} role{'' if len(show.roles) == 1 else 's'}"
         print(f"troupe: show {show.title!r}, {roles}, {args.duration:g} s", file=sys.stderr, flush=True)
         try:
             result = await run_show(stage, show, args.duration, [n for n in names if n != "preview"],
-                                    run_id=args.run, on_started=lambda started: _announce(stage, show, started))
+                                    run_id=args.run, on_started=lambda started: _announce(stage, show, started),
+                                    stop=stop)
         finally:
             if page is not None:
                 await page.close()
-    log.info("run %s ended after %g s, %s", result.run, args.duration,
+    if stop.is_set():
+        print(f"troupe: {stop.reason}: the run ended at {result.duration_ms / 1000:g} s of {args.duration:g}",
+              file=sys.stderr, flush=True)
+    log.info("run %s ended after %g s, %s", result.run, result.duration_ms / 1000,
              f"drained: video {result.mp4}" if result.mp4 else "not drained (no video)")
     summary = summarise(Stage(settings).engine, result.run, str(result.mp4) if result.mp4 else None, settings.fps)
     lat = summary["latency_ms"]

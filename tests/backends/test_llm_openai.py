@@ -145,13 +145,13 @@ def test_a_server_killed_mid_reply_drops_the_rest_and_the_show_goes_on(server: S
     with pytest.raises(OpenAIError, match="mid-reply"):
         for _ in tokens:
             pass
-    llm = LLMActor(load_settings(environ={}), writer=writer)
+    llm = LLMActor(load_settings(environ={}, llm_first_sentence_ms=0), writer=writer)  # however slow the machine
     llm.handle(ThrottleChanged(id="t", run="r1", window_tokens=400, reason="test"), ctx(0, RUN))
     # While it is down: tried again with backoff, then the circuit opens and refuses at once.
     [down] = [e for e in llm.handle(cue(2, "are you there?"), ctx(200, RUN)) if isinstance(e, UtteranceDropped)]
     assert "cannot be reached" in down.reason and "after 3 tries" in down.reason
     started = time.monotonic()
-    [refused] = list(llm.handle(cue(3, "hello?"), ctx(300, RUN)))  # no opener: the server is known down
+    [refused] = list(llm.handle(cue(3, "hello?"), ctx(300, RUN)))  # the server is known down
     assert isinstance(refused, UtteranceDropped) and "circuit open" in refused.reason
     assert time.monotonic() - started < 1.0  # refused without trying the server
     server.start()

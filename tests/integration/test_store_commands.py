@@ -174,7 +174,8 @@ async def test_playback_of_a_slice_at_speed(demo, capsys) -> None:  # type: igno
     assert code == 0, err
     doc = orjson.loads(out)
     counts = event_counts(engine, into)
-    assert set(counts) <= {"run.started", "cue.issued", "cue.merged", "cue.segment", "cue.paced", "viseme.track"}
+    assert set(counts) <= {"run.started", "cue.issued", "cue.merged", "cue.segment", "cue.paced", "viseme.track",
+                           "viseme.face"}
     assert counts["run.started"] == 1
     with engine.connect() as conn:
         ts = conn.execute(select(events.c.t_ms).where(events.c.run == into, events.c.type != "run.started")).scalars().all()

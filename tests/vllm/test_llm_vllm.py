@@ -123,8 +123,10 @@ async def test_a_show_gets_its_replies_from_an_llm_worker_on_vllm(tiny_model: Pa
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TROUPE_NATS_URL": server.url, "TROUPE_LLM_BACKEND": "vllm",
            "TROUPE_VLLM_MODEL": str(tiny_model), "TROUPE_METRICS_PORT": str(port),
            "TROUPE_STATE_DIR": str(tmp_path / "worker"),
-           # The tiny model's replies are noise: no opener before them (the show's room is for two each).
-           "TROUPE_OPENERS": "off"}
+           # The tiny model's replies are noise: no opener before them (the show's room is for two
+           # each; the director here is told the scripted backend, so it sends none either), and
+           # its one sentence is the whole reply: waited for however long a loaded machine takes.
+           "TROUPE_OPENERS": "off", "TROUPE_LLM_FIRST_SENTENCE_MS": "0"}
     with (tmp_path / "llm.log").open("w") as log:
         worker = subprocess.Popen(  # noqa: ASYNC220 - started once, then watched
             [sys.executable, "-m", "app.cli", "actor", "llm"], env=env, stderr=log)

@@ -1,0 +1,186 @@
+"""Taking over a single-per-deployment actor (director, lipsync, render) mid-show.
+
+A process that starts such an actor while shows are on air (a standby taking over from
+one that died, or the same worker restarted) must not begin from nothing: it rebuilds
+each live run's state from the streams, then goes on where the last holder stopped.
+
+1. Each durable consumer is re-made to start just after its ack floor, so what the
+   last holder had taken but not acked is delivered at once, not after the ack wait.
+   Those inputs are handled again live; their outputs carry the same ids, so JetStream
+   drops the ones already stored (within the streams' two-minute duplicate window).
+2. For every run on air (started, not ended, not past its planned end), the actor's
+   inputs up to the floor are read back in stream order and handled again, as
+   re-execution does, each at the show time it was handled then: the earliest of the
+   times its outputs record (a deferred decision's ``heard_ms``), else when it was
+   stored.  What these calls emit is thrown away: it was published already.
+3. An actor whose decisions come from its clock (the director) has its clock run up to
+   the last output of the run that only it publishes (``clock_marks``), so what it
+   decided is decided again.  One that goes on from its last output (the renderer, from
+   the frame after the last one stored: ``resumes_from``) is told what that was.
+
+The rebuilt state is the state the last holder had, and the decisions it goes on to make
+are the ones a holder that never died would have made at those show times; what was
+due while nobody held the actor is decided at once, each at the show time it was due.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.api import DeliverPolicy
+from nats.js.errors import NotFoundError
+
+from actors.base import Actor, ClockedActor, Context
+from actors.runtime.admission import admit
+from actors.runtime.runs import RunDirectory
+from events import codec
+from events.base import Event
+from events.errors import DecodeError
+from events.run import RunStarted
+from events.subjects import PREFIX, family_filter, stream_name
+from infra.bus import ConsumerSpec, read_stream
+
+log = logging.getLogger(__name__)
+# Output families never read back to time inputs: frames are large, observations many, and
+# neither is caused by an input.
+UNREAD_FAMILIES = frozenset({"frame", "qos"})
+
+
+@dataclass(slots=True)
+class Takeover:
+    """What a start found and rebuilt."""
+
+    floors: dict[str, int] = field(default_factory=dict)  # durable -> its ack floor
+    runs: list[str] = field(default_factory=list)          # the live runs rebuilt
+    inputs: int = 0                                        # inputs handled again
+    seconds: float = 0.0
+
+
+async def restart_from_floor(js: JetStreamContext, spec: ConsumerSpec) -> int:
+    """Re-make a durable so that its unacked messages are delivered now; its ack floor (0: none yet)."""
+    try:
+        info = await js.consumer_info(spec.stream, spec.durable)
+    except NotFoundError:
+        return 0
+    floor = int(info.ack_floor.stream_seq or 0) if info.ack_floor is not None else 0
+    if not info.num_ack_pending and not info.num_redelivered:
+        return floor  # nothing taken and left unacked: the consumer goes on as it is
+    config = dataclasses.replace(spec.config(), deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                                 opt_start_seq=floor + 1)
+    await js.delete_consumer(spec.stream, spec.durable)
+    await js.add_consumer(spec.stream, config)
+    log.info("%s: %d messages taken by the last holder and not acked are delivered again from #%d",
+             spec.durable, int(info.num_ack_pending or 0), floor + 1)
+    return floor
+
+
+async def live_runs(js: JetStreamContext, runs: RunDirectory, now_ms: int, grace_ms: int,
+                    idle_ms: int) -> list[RunStarted]:
+    """The runs on air: started and not ended, and neither more than ``grace_ms`` past their
+    planned end nor (a run without one) started more than ``idle_ms`` ago."""
+    try:
+        info = await js.stream_info(stream_name("run"), subjects_filter=f"{PREFIX}.*.run.started")
+    except NotFoundError:
+        return []
+    found = []
+    for subject in sorted((info.state.subjects or {}) if info.state is not None else {}):
+        run_id = subject.split(".")[1]
+        run = await runs.get(run_id)
+        if run is None or await runs.ended_at(run_id) is not None:
+            continue
+        end_ms = run.started_at_ms + (run.duration_ms + grace_ms if run.duration_ms > 0 else idle_ms)
+        if now_ms > end_ms:
+            continue  # a run that never ended (its show died with it): over
+        found.append(run)
+    return found
+
+
+def _for_run(filters: Sequence[str], run: str) -> list[str]:
+    return [f.replace(f"{PREFIX}.*.", f"{PREFIX}.{run}.", 1) for f in filters]
+
+
+async def rebuild(
+    js: JetStreamContext, actor: Actor, specs: Sequence[ConsumerSpec], runs: RunDirectory,
+    now_s: float, grace_s: float, idle_s: float, in_thread: Callable[..., Awaitable[Any]],
+) -> Takeover:
+    """Re-make the consumers from their floors and rebuild every live run's state in ``actor``
+    (its handlers called through ``in_thread``: the actor's own worker thread)."""
+    began = time.perf_counter()
+    report = Takeover()
+    for spec in specs:
+        report.floors[spec.durable] = await restart_from_floor(js, spec)
+    owned = {cls.type for cls in actor.emits}
+    marks = set(actor.clock_marks) if isinstance(actor, ClockedActor) else set()
+    out_families = sorted({t.split(".", 1)[0] for t in owned} - UNREAD_FAMILIES)
+    for run in await live_runs(js, runs, int(now_s * 1000), int(grace_s * 1000), int(idle_s * 1000)):
+        runs.remember(run)
+        caused: dict[str, int] = {}   # input id -> show time the actor handled it (from its outputs)
+        last_ms = 0
+        for family in out_families:
+            filters = [f"{PREFIX}.{run.run}.{t}" for t in owned if t.startswith(f"{family}.")]
+            filters += [f"{f}.>" for f in filters]
+            for msg in await read_stream(js, stream_name(family), filters):
+                event = _decoded(msg.data)
+                if event is None:
+                    continue
+                heard = getattr(event, "heard_ms", None)
+                at = event.t_ms if heard is None else int(heard)
+                if type(event) in marks:
+                    last_ms = max(last_ms, event.t_ms)
+                if event.causation is not None:
+                    caused[event.causation] = min(at, caused.get(event.causation, at))
+        feed: list[tuple[int, int, int, Event]] = []
+        for i, spec in enumerate(specs):
+            floor = report.floors[spec.durable]
+            handled = -(10**12)
+            for msg in await read_stream(js, spec.stream, _for_run(list(spec.filters) or [family_filter(spec.family)], run.run), upto_seq=floor):
+                event = _decoded(msg.data)
+                if event is None or event.run != run.run:
+                    continue
+                at = caused.get(event.id, msg.time_us // 1000 - run.started_at_ms)
+                handled = max(handled, at)  # one consumer hands its inputs over in stream order
+                feed.append((handled, i, msg.seq, event))
+        feed.sort(key=lambda x: x[:3])
+        await in_thread(_replay, actor, run, [(at, event) for at, _, _, event in feed], last_ms)
+        if isinstance(actor, ClockedActor) and actor.resumes_from is not None:
+            last = await _last(js, run.run, actor.resumes_from.type)
+            if last is not None:
+                await in_thread(actor.resume, run.run, last)
+        report.inputs += len(feed)
+        report.runs.append(run.run)
+    report.seconds = time.perf_counter() - began
+    return report
+
+
+def _replay(actor: Actor, run: RunStarted, feed: list[tuple[int, Event]], last_ms: int) -> None:
+    """Handle a run's inputs again at the show times they were handled, then (an actor whose
+    clock decides) run its clock up to its last recorded output; what they emit is dropped."""
+    for at, event in feed:
+        if admit(actor, event, run).handled:
+            for _ in actor.handle(event, Context(run, at)) or ():
+                pass  # published by the last holder
+    if isinstance(actor, ClockedActor) and actor.clock_marks and actor.next_tick(run.run) is not None:
+        for _ in actor.tick(Context(run, last_ms)) or ():
+            pass
+
+
+async def _last(js: JetStreamContext, run: str, type_: str) -> Event | None:
+    """The run's last stored event of a type (published without a role token)."""
+    try:
+        raw = await js.get_last_msg(stream_name(type_.split(".", 1)[0]), f"{PREFIX}.{run}.{type_}")
+    except NotFoundError:
+        return None
+    return _decoded(raw.data or b"")
+
+
+def _decoded(data: bytes) -> Event | None:
+    try:
+        return codec.decode(data)
+    except DecodeError:
+        return None  # dead-lettered when it was delivered

@@ -1,0 +1,159 @@
+"""Leases in a JetStream key-value bucket: which process runs a single-per-deployment actor.
+
+A lease is one key (``director``, ``render``...) in the ``troupe_leases`` bucket, whose
+entries expire ``ttl_s`` after they were last written.  The holder writes it again
+every ``renew_s`` with the revision it last wrote (a compare-and-set): while it lives,
+nobody else can create the key; when it dies, the key expires and the first standby
+whose ``create`` succeeds holds it.  A holder that fails to renew for longer than the
+lease lasts has lost it (another may hold it now) and must stop at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import socket
+import time
+
+import nats.errors
+from nats.js import JetStreamContext
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
+from nats.js.kv import KeyValue
+
+log = logging.getLogger(__name__)
+BUCKET = "troupe_leases"
+TTL_S = 1.5      # a dead holder's lease is taken over this long after its last renewal
+RENEW_S = 0.5    # how often a holder writes its lease again
+POLL_S = 0.2     # how often a standby tries to create the key
+
+
+def holder_name() -> str:
+    """Who holds a lease, as written in it: host and process (for people and logs)."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+async def lease_bucket(js: JetStreamContext, ttl_s: float = TTL_S, replicas: int = 1) -> KeyValue:
+    """The lease bucket, created when missing (one revision per key, entries expiring after
+    ``ttl_s``); a bucket made with another lease time is given this one (the deployment's)."""
+    stream = f"KV_{BUCKET}"
+    try:
+        info = await js.stream_info(stream)
+    except NotFoundError:
+        config = KeyValueConfig(bucket=BUCKET, history=1, ttl=ttl_s, storage=StorageType.FILE, replicas=replicas,
+                                description="which process runs each single-per-deployment actor")
+        with contextlib.suppress(nats.js.errors.BadRequestError):  # another process created it just now
+            return await js.create_key_value(config)
+        return await js.key_value(BUCKET)
+    if info.config.max_age is not None and abs(info.config.max_age - ttl_s) > 1e-3:
+        await js.update_stream(dataclasses.replace(info.config, max_age=ttl_s))
+        log.info("the lease bucket's lease time is now %.2f s", ttl_s)
+    return await js.key_value(BUCKET)
+
+
+class Lease:
+    """One lease: ``acquire`` waits until this process holds it, then it is renewed in the
+    background until ``release``; ``lost`` is set if a renewal could not be made in time."""
+
+    def __init__(self, kv: KeyValue, key: str, holder: str | None = None, ttl_s: float = TTL_S,
+                 renew_s: float = RENEW_S) -> None:
+        self.kv = kv
+        self.key = key
+        self.holder = holder or holder_name()
+        self.ttl_s = ttl_s
+        self.renew_s = renew_s
+        self.lost = asyncio.Event()
+        self.revision: int | None = None
+        self.acquired_at: float | None = None   # time.time() when it was taken
+        self.waited_s = 0.0                      # how long acquire waited for a previous holder to go
+        self._renewing: asyncio.Task[None] | None = None
+
+    async def current_holder(self) -> str | None:
+        """Who holds the lease now (None: nobody)."""
+        try:
+            entry = await self.kv.get(self.key)
+        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+            return None
+        return (entry.value or b"").decode(errors="replace") or None
+
+    async def acquire(self, stop: asyncio.Event | None = None, on_wait: object = None) -> bool:
+        """Wait until this process holds the lease (True), or until ``stop`` is set (False).
+        ``on_wait`` (a callable taking the holder's name) is told once when someone else holds it."""
+        began = time.monotonic()
+        told = False
+        while stop is None or not stop.is_set():
+            try:
+                self.revision = await self.kv.create(self.key, self.holder.encode())
+            except KeyWrongLastSequenceError:
+                if not told and callable(on_wait):
+                    told = True
+                    on_wait(await self.current_holder() or "another process")
+                await _sleep(POLL_S, stop)
+                continue
+            except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.NoRespondersError,
+                    nats.js.errors.ServiceUnavailableError, nats.js.errors.NoStreamResponseError) as exc:
+                log.warning("lease %s: %s; trying again", self.key, type(exc).__name__)
+                await _sleep(POLL_S, stop)
+                continue
+            self.acquired_at = time.time()
+            self.waited_s = time.monotonic() - began
+            self._renewing = asyncio.create_task(self._renew(), name=f"lease:{self.key}")
+            return True
+        return False
+
+    async def _renew(self) -> None:
+        last_ok = time.monotonic()
+        while True:
+            await asyncio.sleep(self.renew_s)
+            try:
+                self.revision = await self.kv.update(self.key, self.holder.encode(), last=self.revision)
+                last_ok = time.monotonic()
+                continue
+            except KeyWrongLastSequenceError:
+                log.error("lease %s was taken over by %s", self.key, await _quiet(self.current_holder()))
+                self.lost.set()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a passing failure: tried again until the lease would lapse
+                if time.monotonic() - last_ok > self.ttl_s:
+                    log.error("lease %s could not be renewed for %.1f s (%s): it is lost", self.key,
+                              time.monotonic() - last_ok, type(exc).__name__)
+                    self.lost.set()
+                    return
+
+    def abandon(self) -> None:
+        """Stop renewing without a word, as a holder that died would (for tests and drills)."""
+        if self._renewing is not None:
+            self._renewing.cancel()
+            self._renewing = None
+
+    async def release(self) -> None:
+        """Stop renewing and delete the key, so that a standby takes over at once."""
+        if self._renewing is not None:
+            self._renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._renewing
+            self._renewing = None
+        if self.revision is not None and not self.lost.is_set():
+            with contextlib.suppress(Exception):
+                await self.kv.delete(self.key, last=self.revision)
+        self.revision = None
+
+
+async def _sleep(seconds: float, stop: asyncio.Event | None) -> None:
+    if stop is None:
+        await asyncio.sleep(seconds)
+        return
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(stop.wait(), seconds)
+
+
+async def _quiet(coro: object) -> object:
+    try:
+        return await coro  # type: ignore[misc]
+    except Exception:  # noqa: BLE001 - only for a log line
+        return "another process"

@@ -1,0 +1,124 @@
+"""Bring-your-own avatar art: the folder format is checked file by file, every viseme finds a
+mouth, an image-art role is drawn the same on every path, and a run's art is pinned by digest."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from actors.backends.avatar import MOUTH_FALLBACK, MOUTHS, AvatarError, check, digest, make_sample
+from actors.backends.protocols import RoleLook, RoleState
+from actors.backends.render_torch import StageRenderer
+from actors.visemes import VISEMES
+from app.shows import load_show
+from events.errors import StoreError
+from tests.test_cli import one_line_error, troupe
+
+SAMPLE = Path(__file__).resolve().parents[2] / "app" / "shows" / "avatars" / "pip"
+
+
+def test_the_sample_set_is_what_its_code_draws_and_passes_the_check(tmp_path: Path) -> None:
+    avatar = check(SAMPLE)
+    assert avatar.size == (400, 640) and {"rest", "A", "I", "U", "E", "O"} == set(avatar.mouths)
+    drawn = check(make_sample(tmp_path / "pip"))  # the committed files come from make_sample
+    assert drawn.size == avatar.size and set(drawn.mouths) == set(avatar.mouths)
+    assert set(drawn.expressions) == set(avatar.expressions) == {"happy", "sad", "angry", "surprised", "thinking"}
+    assert len(digest(SAMPLE)) == 64
+
+
+def test_every_viseme_finds_a_mouth_even_in_the_smallest_set(tmp_path: Path) -> None:
+    assert set(MOUTH_FALLBACK) == set(VISEMES)
+    assert all(set(chain) <= set(MOUTHS) and chain[-1] in ("rest", "A") for chain in MOUTH_FALLBACK.values())
+    folder = _copy(tmp_path)
+    manifest = folder / "avatar.toml"
+    text = manifest.read_text()
+    for m in ("I", "U", "E", "O"):
+        text = text.replace(f'{m} = "mouth_{m.lower()}.png"\n', "")
+    manifest.write_text(text)
+    two = check(folder)
+    assert set(two.mouths) == {"rest", "A"}
+    assert two.mouth("oh") is two.mouths["A"] and two.mouth("PP") is two.mouths["rest"]
+    sample = check(SAMPLE)
+    assert sample.mouth("ou") is sample.mouths["U"] and sample.mouth("CH") is sample.mouths["U"]
+
+
+def _copy(tmp_path: Path) -> Path:
+    folder = tmp_path / "art"
+    shutil.copytree(SAMPLE, folder)
+    return folder
+
+
+@pytest.mark.parametrize(("breaks", "needle"), [
+    (lambda f: (f / "avatar.toml").unlink(), "avatar.toml: cannot read the avatar manifest"),
+    (lambda f: (f / "avatar.toml").write_text("size = [400,"), "avatar.toml: not a valid TOML manifest"),
+    (lambda f: (f / "head.png").unlink(), "head.png: layers.head does not exist"),
+    (lambda f: Image.new("RGBA", (200, 320)).save(f / "eyes_open.png"),
+     "eyes_open.png: layers.eyes_open is 200x320, the manifest says 400x640"),
+    (lambda f: (f / "mouth_a.png").write_bytes(b"not a png"), "mouth_a.png: mouths.A is not a readable image"),
+    (lambda f: Image.new("RGB", (400, 640)).save(f / "sad.png", format="JPEG"), "sad.png: expressions.sad is JPEG, not a PNG"),
+    (lambda f: (f / "avatar.toml").write_text((f / "avatar.toml").read_text().replace('rest = "mouth_rest.png"\n', "")),
+     "mouths.rest is missing"),
+    (lambda f: (f / "avatar.toml").write_text((f / "avatar.toml").read_text() + 'smug = "happy.png"\n'),
+     "unknown expression 'smug'"),
+    (lambda f: (f / "avatar.toml").write_text((f / "avatar.toml").read_text().replace("head_anchor = [200, 330]",
+                                                                                      "head_anchor = [900, 330]")),
+     "head_anchor [900, 330] is outside the 400x640 picture"),
+])
+def test_a_bad_folder_is_one_line_naming_the_file(tmp_path: Path, breaks: object, needle: str) -> None:
+    folder = _copy(tmp_path)
+    breaks(folder)  # type: ignore[operator]
+    with pytest.raises(AvatarError) as caught:
+        check(folder)
+    message = str(caught.value)
+    assert needle in message and "\n" not in message and str(folder) in message
+
+
+def test_troupe_up_with_a_bad_avatar_folder_says_which_file_and_starts_nothing(tmp_path: Path) -> None:
+    folder = _copy(tmp_path)
+    (folder / "mouth_rest.png").unlink()
+    show = tmp_path / "show.toml"
+    show.write_text('[[roles]]\nid = "pip"\nlook = { avatar = "art" }\n')
+    result = troupe("--state-dir", str(tmp_path / "state"), "up", "--show", str(show), "--duration", "5")
+    assert result.returncode == 2
+    line = one_line_error(result)
+    assert "role pip: look.avatar:" in line and "mouth_rest.png: mouths.rest does not exist" in line
+    assert not (tmp_path / "state").exists() or not any((tmp_path / "state").iterdir())
+
+
+def test_an_image_art_role_draws_the_same_on_every_path_and_acts(tmp_path: Path) -> None:
+    looks = [RoleLook("host", "Mika", "#e76f51", "round"), RoleLook("pip", "Pip", "#7a5cc8", avatar=str(SAMPLE))]
+    numpy_stage = StageRenderer(looks, "360p", seed=3)
+    tensor_stage = StageRenderer(looks, "360p", seed=3, tensors=True)
+    frames = [
+        [RoleState("host", "sil", False, gaze=1.0), RoleState("pip", "aa", True, "happy")],
+        [RoleState("host", "sil", False), RoleState("pip", "oh", True, "sad", "happy", 0.5, gaze=-1.0, nod=0.5)],
+        [RoleState("host", "aa", True), RoleState("pip", "sil", False, "thinking", gaze=-0.5)],
+    ]
+    pictures = [np.asarray(numpy_stage.draw(100 + 40 * k, s, "art")) for k, s in enumerate(frames)]
+    for k, states in enumerate(frames):
+        assert (np.asarray(tensor_stage.draw(100 + 40 * k, states, "art")) == pictures[k]).all()
+    # The mouth moves with the visemes, the expression shows, the head turns: different pictures.
+    assert not (pictures[0] == pictures[1]).all() and not (pictures[1] == pictures[2]).all()
+    same = [np.asarray(numpy_stage.draw(100, frames[0], "art")) for _ in range(2)]
+    assert (same[0] == same[1]).all() and (same[0] == pictures[0]).all()
+
+
+def test_redrawing_refuses_when_the_art_changed_since_the_run(tmp_path: Path) -> None:
+    from actors.render import Redrawer
+    from infra.settings import load_settings
+    from tests.showkit import demo_run
+
+    folder = _copy(tmp_path)
+    show = load_show()
+    roles = tuple(dataclasses.replace(r, avatar=str(folder), avatar_digest=digest(folder)) if r.id == "rex" else r
+                  for r in show.roles)
+    run = dataclasses.replace(demo_run("r1", resolution="360p"), show=dataclasses.replace(show, roles=roles).to_dict())
+    Redrawer(run, load_settings(environ={})).prepare("360p")  # the same art: drawn
+    Image.new("RGBA", (400, 640), (255, 0, 0, 255)).save(folder / "happy.png")
+    with pytest.raises(StoreError, match=r"role rex's avatar art in .* changed since the run"):
+        Redrawer(run, load_settings(environ={})).prepare("360p")

@@ -1,0 +1,67 @@
+"""Leases in a JetStream KV bucket on a real nats-server: one holder at a time, a standby
+taking over when the holder dies or lets go, a holder told when it lost its lease."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from infra.bus import connect
+from infra.lease import Lease, lease_bucket
+from infra.natsserver import EmbeddedNats
+from tests.conftest import wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+
+async def test_one_holder_at_a_time_and_a_standby_takes_over_a_dead_one(nats_server: EmbeddedNats) -> None:
+    nc = await connect(nats_server.url, "lease-test")
+    try:
+        kv = await lease_bucket(nc.jetstream(), ttl_s=1.0)
+        first = Lease(kv, "t-dead", holder="a", ttl_s=1.0, renew_s=0.3)
+        second = Lease(kv, "t-dead", holder="b", ttl_s=1.0, renew_s=0.3)
+        assert await first.acquire()
+        told: list[str] = []
+        waiting = asyncio.create_task(second.acquire(on_wait=told.append))
+        await wait_for(lambda: told == ["a"], timeout_s=5, what="the standby told who holds it")
+        await asyncio.sleep(0)
+        assert not waiting.done()  # renewed: the lease outlives its TTL while its holder lives
+        await wait_for(lambda: first.acquired_at is not None and time.time() - first.acquired_at > 2.0,
+                       timeout_s=5, what="two lease times")
+        assert not waiting.done() and await second.current_holder() == "a"
+        first.abandon()  # the holder dies: no renewal, no release
+        died = time.monotonic()
+        await asyncio.wait_for(waiting, 10)
+        took = time.monotonic() - died
+        assert took < 1.0 + 2.0, took  # the TTL, a poll and the server's expiry timer
+        assert await second.current_holder() == "b"
+        await second.release()
+        assert await second.current_holder() is None
+    finally:
+        await nc.close()
+
+
+async def test_a_released_lease_is_taken_at_once_and_a_holder_learns_it_lost_its_lease(
+    nats_server: EmbeddedNats,
+) -> None:
+    nc = await connect(nats_server.url, "lease-test")
+    try:
+        kv = await lease_bucket(nc.jetstream(), ttl_s=1.0)
+        first = Lease(kv, "t-release", holder="a", ttl_s=1.0, renew_s=0.3)
+        second = Lease(kv, "t-release", holder="b", ttl_s=1.0, renew_s=0.3)
+        assert await first.acquire()
+        waiting = asyncio.create_task(second.acquire())
+        await first.release()
+        began = time.monotonic()
+        await asyncio.wait_for(waiting, 5)
+        assert time.monotonic() - began < 1.0
+        # Someone else writes the key (a partition healed the wrong way): the holder learns it.
+        await kv.put("t-release", b"c")
+        await asyncio.wait_for(second.lost.wait(), 5)
+        stop = asyncio.Event()
+        stop.set()
+        assert not await Lease(kv, "t-release", holder="d").acquire(stop)  # stopped while standing by
+    finally:
+        await nc.close()

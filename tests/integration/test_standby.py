@@ -1,0 +1,78 @@
+"""A standby takes over the director, lipsync or render of a running show when the process
+running it is killed with ``kill -9``: real processes, a real nats-server, the store checked
+(the scenario is ``python -m bench.standby``'s)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import av
+import pytest
+
+from app.reexec import verify
+from app.supervisor import Stage
+from bench.standby import takeover
+from events.base import Event
+from infra.natsserver import EmbeddedNats
+from infra.settings import Settings
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
+SECONDS = 16.0
+
+
+async def _taken_over(kind: str, nats_server: EmbeddedNats, settings: Settings, tmp_path: Path) -> dict[str, object]:
+    r = await takeover(kind, nats_server.url, settings.replace(lease_ttl_s=1.5), tmp_path, f"standby-{kind}",
+                       seconds=SECONDS, rate=2.0)
+    print({k: v for k, v in r.items() if k != "events"})
+    assert "took over 1 runs on air" in str(r["rebuilt"]), r["rebuilt"]
+    assert isinstance(r["took_s"], float) and r["took_s"] < 10.0  # goal 2 s; a loaded machine's margin
+    assert r["stored_twice"] == 0
+    assert r["no_outcome"] == 0 and r["two_outcomes"] == 0 and r["danmaku"], r
+    _answered(r["events"])  # type: ignore[arg-type]
+    assert r["mp4"] is not None
+    with av.open(str(r["mp4"])) as mp4:  # the video keeps the show's length
+        assert sum(1 for _ in mp4.decode(video=0)) == int(SECONDS * 25)
+    return r
+
+
+def _answered(recorded: list[Event]) -> None:
+    """Every cue was spoken whole with its visemes, or dropped with its reason (a reply that would
+    not end before the show does, one an urgent line interrupted)."""
+    got: dict[str, Counter[str]] = {}
+    for e in recorded:
+        utt = getattr(e, "utterance", None)
+        if utt is not None:
+            got.setdefault(utt, Counter())[e.type + (".last" if getattr(e, "last", False) else "")] += 1
+    cues = [e for e in recorded if e.type == "cue.issued"]
+    assert cues
+    for cue in cues:
+        c = got.get(cue.id, Counter())
+        if not c["utterance.dropped"]:
+            assert c["utterance.completed"] == 1 and c["audio.chunk.last"] == 1 and c["viseme.track.last"] == 1, (
+                cue.id, c)
+
+
+async def test_a_standby_director_takes_over_and_decides_what_the_dead_one_would_have(
+    nats_server: EmbeddedNats, settings: Settings, tmp_path: Path
+) -> None:
+    await _taken_over("director", nats_server, settings, tmp_path)
+    checked = verify(Stage(settings).engine, "standby-director", actors=("director",))
+    assert checked.divergence is None, checked.to_dict()["first_divergence"]
+    assert checked.checked["director"] > 0
+
+
+async def test_a_standby_lipsync_takes_over_and_every_reply_keeps_its_visemes(
+    nats_server: EmbeddedNats, settings: Settings, tmp_path: Path
+) -> None:
+    await _taken_over("lipsync", nats_server, settings, tmp_path)
+    checked = verify(Stage(settings).engine, "standby-lipsync", actors=("lipsync",))
+    assert checked.divergence is None, checked.to_dict()["first_divergence"]
+
+
+async def test_a_standby_render_takes_over_and_draws_the_frames_nobody_drew(
+    nats_server: EmbeddedNats, settings: Settings, tmp_path: Path
+) -> None:
+    r = await _taken_over("render", nats_server, settings, tmp_path)
+    assert r["missing_frames"] == 0, r  # drawn late by the standby, not skipped
+    assert r["frames"] == r["expected_frames"]

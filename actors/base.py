@@ -91,6 +91,8 @@ class Actor:
     # runs under a lease (a standby waits for it), and a process that starts it while shows are
     # on air rebuilds their state from the streams first (``actors.runtime.takeover``).
     takes_over: ClassVar[bool] = False
+    # Input families a takeover does not read back (the sink's frames: it goes on from the next).
+    rebuild_skips: ClassVar[frozenset[str]] = frozenset()
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -107,6 +109,9 @@ class Actor:
         ``key`` identifies the message (stream and sequence) for deterministic ids.
         """
         return ()
+
+    def taking_over(self, run: str) -> None:
+        """A process taking over (``takes_over``) is about to handle the run's past inputs again."""
 
     def release(self, run: str) -> None:
         """Forget a run: it ended (a grace period ago) or has been idle too long.  An actor that

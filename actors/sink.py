@@ -11,6 +11,12 @@ video keeps the show clock.
 Live outputs (``TROUPE_RTMP_URL``, ``TROUPE_HLS_DIR``) get the same encoded packets as the
 MP4 as they are made (``actors.backends.live``): each connection, drop and end is an
 ``output.*`` event; they never block the sink and never affect the file.
+
+A sink that takes over a run on air (a standby, the process that ran it killed) goes on from
+the first frame it is given: the live outputs carry on from there (an HLS playlist is
+appended to, after a discontinuity), and the video from there is written to
+``<run>.from-frame-<n>.mp4``.  The MP4 the dead process was writing is not recoverable (it
+has no index until it is closed); ``troupe export`` writes the whole show again from the store.
 """
 
 from __future__ import annotations
@@ -64,7 +70,7 @@ class _Placed:
 @dataclass(slots=True)
 class _Mux:
     run: RunStarted
-    writer: Mp4Writer
+    writer: Mp4Writer | None  # None: taken over, the video opens at the first frame given
     path: Path
     fps: int
     frames_written: int = 0
@@ -84,6 +90,7 @@ class _Mux:
     closed: bool = False
     outputs: list[LiveOutput] = field(default_factory=list)
     reported: int = 0  # output events emitted (their ids count)
+    resumed_at: int | None = None  # taken over: the first frame this sink wrote (in its events' ids)
     closing: list[Event] = field(default_factory=list)  # the outputs' last events, once finished
 
 
@@ -95,11 +102,17 @@ class SinkActor(ClockedActor):
     emits = (OutputConnected, OutputDropped, OutputClosed)
     plays_replays = True  # a playback is written to its own MP4
     blocking = True
+    takes_over = True
+    rebuild_skips = frozenset({"frame"})  # taken over, it goes on from the next frame
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._muxes: dict[str, _Mux] = {}
         self.finished: dict[str, Path] = {}
+        self._resuming: set[str] = set()  # runs taken over: their video opens at the first frame given
+
+    def taking_over(self, run: str) -> None:
+        self._resuming.add(run)
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
         if isinstance(event, RunStarted):
@@ -156,7 +169,8 @@ class SinkActor(ClockedActor):
 
     def _event(self, mux: _Mux, output: LiveOutput, status: Status | None, now_ms: int) -> Event:
         mux.reported += 1
-        common: dict[str, Any] = {"id": f"{mux.run.run}-output-{mux.reported}", "run": mux.run.run, "t_ms": now_ms,
+        base = f"{mux.run.run}-output" if mux.resumed_at is None else f"{mux.run.run}-output-from{mux.resumed_at}"
+        common: dict[str, Any] = {"id": f"{base}-{mux.reported}", "run": mux.run.run, "t_ms": now_ms,
                   "output": output.kind, "target": output.shown}
         if status is None:
             return OutputClosed(packets_sent=output.sent, packets_lost=output.lost, reconnects=output.reconnects,
@@ -168,25 +182,52 @@ class SinkActor(ClockedActor):
     def _open(self, run: RunStarted) -> None:
         if run.run in self._muxes:
             return
+        path = Path(self.settings.out_dir) / f"{run.run}.mp4"
+        mux = self._muxes[run.run] = _Mux(run, None, path, run.fps)
+        if run.run not in self._resuming:
+            self._start_video(mux, path)
+
+    def _start_video(self, mux: _Mux, path: Path) -> None:
+        """Open the video file and the live outputs, which get the same packets."""
+        run = mux.run
         width, height = RESOLUTIONS[run.resolution]
-        out = Path(self.settings.out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        path = out / f"{run.run}.mp4"
+        path.parent.mkdir(parents=True, exist_ok=True)
         targets: dict[str, str] = {}
         if self.settings.rtmp_url:
             targets["rtmp"] = self.settings.rtmp_url
         if self.settings.hls_dir is not None:
             targets["hls"] = str(Path(self.settings.hls_dir) / run.run / "index.m3u8")
-        writer = Mp4Writer(
+        writer = mux.writer = Mp4Writer(
             path, width, height, run.fps, SAMPLE_RATE, self.settings.video_crf, self.settings.video_preset,
             keyint=round(self.settings.live_keyint_s * run.fps) if targets else None,
             maxrate_kbps=self.settings.live_bitrate_kbps if targets else None,
         )
-        mux = self._muxes[run.run] = _Mux(run, writer, path, run.fps)
+        mux.path = path
         for kind, target in targets.items():
             output = LiveOutput(kind, target, *writer.streams)
             writer.tap(output.offer)
             mux.outputs.append(output)
+
+    def _resume(self, mux: _Mux) -> None:
+        """Taken over: the video and the live outputs open at the first frame given; the speech
+        placed before it is not written."""
+        first = min(mux.pending_frames)
+        mux.frames_written = mux.resumed_at = first
+        mux.samples_written = _samples(first * 1000 // mux.fps)
+        self._start_video(mux, mux.path.with_name(f"{mux.run.run}.from-frame-{first}.mp4"))
+        log.warning("run %s taken over: its video goes on from frame %d in %s", mux.run.run, first, mux.path.name)
+
+    def _forget_past(self, mux: _Mux, now_ms: int) -> None:
+        """While a taken-over run waits for its first frame: speech that ended long before now is
+        never written (its memory freed)."""
+        kept = []
+        for p in mux.placements:
+            if p.end_ms < now_ms - AUDIO_HOLD_MAX_MS:
+                mux.pcm.pop(p.audio, None)
+                mux.spent.add(p.audio)
+            else:
+                kept.append(p)
+        mux.placements = kept
 
     def _take_audio(self, mux: _Mux, chunk: AudioChunk) -> None:
         if chunk.id in mux.spent or chunk.id in mux.pcm:  # given up on, or a redelivery
@@ -233,6 +274,9 @@ class SinkActor(ClockedActor):
         mux.placements = kept
 
     def _write_frames(self, mux: _Mux) -> None:
+        if mux.writer is None and mux.pending_frames:
+            self._resume(mux)
+        assert mux.writer is not None
         limit = None if mux.end_ms is None else frame_count(mux.end_ms, mux.fps)
         while mux.pending_frames:
             if limit is not None and mux.frames_written >= limit:
@@ -257,6 +301,9 @@ class SinkActor(ClockedActor):
     def _advance(self, mux: _Mux, now_ms: int, final: bool = False) -> None:
         """Write the audio up to a little behind the video (all of it once the video is complete),
         waiting at the place of a placed chunk whose PCM has not arrived, within the bounds."""
+        if mux.writer is None:  # taken over, no frame yet
+            self._forget_past(mux, now_ms)
+            return
         video_ms = mux.frames_written * 1000 // mux.fps
         until = max(0, video_ms if self._video_done(mux) else video_ms - AUDIO_LAG_MS) * SAMPLE_RATE // 1000
         held = self._awaited(mux, until)
@@ -323,6 +370,7 @@ class SinkActor(ClockedActor):
                 del mux.pcm[p.audio]
                 mux.spent.add(p.audio)
         mux.placements = keep
+        assert mux.writer is not None
         mux.writer.write_audio(np.clip(block, -32768, 32767).astype("<i2").tobytes())
         mux.samples_written = until
 
@@ -333,6 +381,10 @@ class SinkActor(ClockedActor):
     def _finish(self, run: str, mux: _Mux, now_ms: int) -> None:
         if mux.closed:
             return
+        if mux.writer is None:  # taken over and closed before a frame came: no video
+            mux.closed = True
+            self._resuming.discard(run)
+            return
         if mux.end_ms is not None and mux.last_frame is not None:
             while mux.frames_written < frame_count(mux.end_ms, mux.fps):
                 mux.writer.write_frame(mux.last_frame)
@@ -341,6 +393,7 @@ class SinkActor(ClockedActor):
             mux.end_ms = mux.frames_written * 1000 // mux.fps
         self._advance(mux, now_ms, final=True)
         mux.writer.close()
+        self._resuming.discard(run)
         mux.closed = True
         for output in mux.outputs:
             output.close()

@@ -39,6 +39,7 @@ from events.subjects import (
     stream_name,
 )
 from infra.lease import BUCKET as LEASES
+from infra.lease import ON_AIR
 
 API = "$JS.API"
 INBOX = "_INBOX.>"
@@ -90,12 +91,17 @@ def _provision() -> list[str]:
     return [f"{API}.STREAM.{op}.{stream_name(f)}" for f in FAMILIES for op in ("CREATE", "UPDATE")]
 
 
+def _lease_bucket() -> list[str]:
+    """Creating, adjusting and reading the lease bucket (who holds which key)."""
+    kv = f"KV_{LEASES}"
+    return [f"{API}.STREAM.INFO.{kv}", f"{API}.STREAM.CREATE.{kv}", f"{API}.STREAM.UPDATE.{kv}",
+            f"{API}.STREAM.MSG.GET.{kv}", f"{API}.DIRECT.GET.{kv}", f"{API}.DIRECT.GET.{kv}.>"]
+
+
 def _takeover(name: str, cls: type[Actor]) -> list[str]:
     """What an actor that takes over needs: its lease (a key in the lease bucket), re-making its
     consumers from their ack floor, and reading back the streams of what it consumes and emits."""
-    kv = f"KV_{LEASES}"
-    out = [f"$KV.{LEASES}.{name}", f"{API}.STREAM.INFO.{kv}", f"{API}.STREAM.CREATE.{kv}", f"{API}.STREAM.UPDATE.{kv}",
-           f"{API}.STREAM.MSG.GET.{kv}", f"{API}.DIRECT.GET.{kv}", f"{API}.DIRECT.GET.{kv}.>"]
+    out = [f"$KV.{LEASES}.{name}", *_lease_bucket()]
     families = sorted({i.family for i in cls.inputs} | {e.type.split(".", 1)[0] for e in cls.emits} | {"run"})
     for stream in map(stream_name, families):
         out += [f"{API}.CONSUMER.CREATE.{stream}", f"{API}.CONSUMER.CREATE.{stream}.>",
@@ -130,6 +136,7 @@ def users() -> list[User]:
     out.append(User("show", (
         *_events(["run.started", "run.ended", "role.declared"]), *danmaku, f"{PREFIX}.*.{MODERATED}.{MODERATOR}",
         *_stream_info(), *_provision(), *_run_directory(), f"{API}.CONSUMER.INFO.*.*",
+        f"$KV.{LEASES}.{ON_AIR}.*", *_lease_bucket(),  # its runs' on-air keys
     )))
     out.append(User("producer", tuple(danmaku)))
     # The operator's commands (troupe say, segment, hold, resume) check the run and read the answer.

@@ -28,7 +28,7 @@ from events.run import RunEnded, RunStarted
 from events.show import Show
 from events.subjects import stream_name
 from infra.bus import connect, masked_url, provision_streams, publish_events
-from infra.lease import Lease, lease_bucket
+from infra.lease import Lease, lease_bucket, on_air_key
 from infra.logs import log_context
 from infra.metrics import Metrics
 from infra.natsserver import EmbeddedNats, announcement_path
@@ -154,6 +154,14 @@ class Stage:
         assert lease is not None
         await self._start(actor, lease)
 
+    async def lease(self, key: str) -> Lease:
+        """A lease of this process's that nobody else asks for (a run's on-air key), held now."""
+        ttl = self.settings.lease_ttl_s
+        lease = Lease(await lease_bucket(self.js, ttl, self.settings.stream_replicas), key, ttl_s=ttl, renew_s=ttl / 3)
+        await lease.acquire()
+        self.leases.append(lease)  # let go with the stage, at the latest
+        return lease
+
     async def _lease(self, name: str, standing_by: Callable[[str, str], None] | None,
                      stop: asyncio.Event | None) -> Lease | None:
         ttl = self.settings.lease_ttl_s
@@ -202,9 +210,10 @@ class Stage:
 
 
 async def _watch(lease: Lease, rt: ActorRuntime) -> None:
-    """A lost lease (not renewed in time: another process may hold it now) fails the runtime."""
+    """A lost lease (another process took it while this one stalled) fails and stops the runtime."""
     await lease.lost.wait()
-    rt.fail(f"its lease {lease.key!r} was lost: another process may run it now")
+    rt.fail(f"its lease {lease.key!r} was lost: another process runs it now")
+    await rt.stop()  # never beside the process that took it over
 
 
 def new_run_id() -> str:
@@ -246,6 +255,8 @@ async def run_show(
             resolution=settings.resolution, started_at_ms=int(time.time() * 1000) + 200,
             config=run_config(settings), duration_ms=int(duration_s * 1000),
         )
+        # On air while this process drives the show: a standby takes over only runs whose show lives.
+        on_air = await stage.lease(on_air_key(run_id))
         await stage.publish([started])
         log.info("run %s started: %d roles, actors %s", run_id, len(show.roles), ", ".join(names))
         if on_started is not None:
@@ -271,6 +282,7 @@ async def run_show(
             reason = f"stopped ({getattr(stop, 'reason', None) or 'asked'})"
             log.warning("run %s: %s at %.1f s of show time; ending it", run_id, reason, duration_ms / 1000)
         await stage.publish([RunEnded(id=f"{run_id}-end", run=run_id, t_ms=duration_ms, reason=reason, duration_ms=duration_ms)])
+        await on_air.release()
         mp4 = await _drain(stage, run_id, drain_timeout_s, video="sink" in names)
     return ShowResult(run_id, mp4, started.started_at_ms, duration_ms, reason)
 

@@ -27,21 +27,25 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import av
+
 from app.summary import danmaku_outcomes, frame_lates
 from app.supervisor import ACTOR_NAMES, Stage, run_show
 from bench.common import machine, print_table, write_result
 from bench.scale import chat_show
 from events.base import Event
 from events.frame import FrameRendered
+from events.run import RunStarted
 from events.subjects import PREFIX, stream_name
 from infra.bus import read_stream
 from infra.natsserver import EmbeddedNats
 from infra.settings import Settings, load_settings
 from store.recorder import read_events
 
-# What a kind publishes (the family its next output is looked for in), and how much of it
-# is stored before its process is killed.
-KILL_AFTER = {"director": ("cue", 6), "lipsync": ("viseme", 6), "render": ("frame", 75)}
+# How much of a family is stored before the process running a kind is killed, and the family
+# its next output is looked for in (the sink's: its live output connecting again).
+KILL_AFTER = {"director": ("cue", 6), "lipsync": ("viseme", 6), "render": ("frame", 75), "sink": ("frame", 75)}
+NEXT_OUTPUT = {"director": "cue", "lipsync": "viseme", "render": "frame", "sink": "output"}
 
 
 class Worker:
@@ -110,6 +114,8 @@ async def takeover(kind: str, nats_url: str, settings: Settings, tmp: Path, run:
         "TROUPE_ACK_WAIT_S": str(settings.ack_wait_s), "TROUPE_LEASE_TTL_S": str(settings.lease_ttl_s),
         "TROUPE_RESOLUTION": settings.resolution,
     }
+    if kind == "sink":  # a live output, to see it carried on
+        env["TROUPE_HLS_DIR"] = str(tmp / "hls")
     family, enough = KILL_AFTER[kind]
     first = await Worker.start(kind, env, "running")
     standby = await Worker.start(kind, env, "standing by")
@@ -127,12 +133,14 @@ async def takeover(kind: str, nats_url: str, settings: Settings, tmp: Path, run:
             await first.proc.wait()
             running = await standby.wait_said("running", 60.0)
             result = await show
-            next_output = await _first_after(stage, family, run, killed)
+            next_output = await _first_after(stage, NEXT_OUTPUT[kind], run, killed)
     finally:
         await first.stop()
         await standby.stop()
     engine = Stage(settings).engine
     events: list[Event] = list(read_events(engine, run))
+    started = next(e for e in events if isinstance(e, RunStarted))
+    killed_frame = int((killed * 1000 - started.started_at_ms) * settings.fps / 1000)
     ids = Counter(e.id for e in events)
     numbers = sorted(e.n for e in events if isinstance(e, FrameRendered))
     expected = int(seconds * settings.fps)
@@ -145,10 +153,26 @@ async def takeover(kind: str, nats_url: str, settings: Settings, tmp: Path, run:
         "rebuilt": next((line for _, line in standby.lines if "took over" in line), ""),
         "frames": len(numbers), "expected_frames": expected, "missing_frames": expected - len(set(numbers)),
         "missing": sorted(set(range(expected)) - set(numbers))[:20],
+        # frames nobody drew from a second before the kill on (the takeover's; not a skip at the start)
+        "missing_at_kill": len(set(range(max(0, killed_frame - settings.fps), expected)) - set(numbers)),
         "latest_frame_ms": round(max(lates), 1) if lates else None,
         "stored_twice": sum(1 for n in ids.values() if n > 1),
         "danmaku": outcomes["received"], "no_outcome": outcomes["none"], "two_outcomes": outcomes["twice"],
         "mp4": str(result.mp4) if result.mp4 is not None else None, "events": events,
+        **_videos(Path(settings.out_dir), tmp / "hls" / run / "index.m3u8", run),
+    }
+
+
+def _videos(out: Path, playlist: Path, run: str) -> dict[str, Any]:
+    """The video a sink that took over wrote (its frames), and the live playlist's discontinuities."""
+    resumed = sorted(out.glob(f"{run}.from-*.mp4"))
+    frames = None
+    if resumed:
+        with av.open(str(resumed[0])) as video:
+            frames = sum(1 for _ in video.decode(video=0))
+    return {
+        "resumed_mp4": str(resumed[0]) if resumed else None, "resumed_frames": frames,
+        "hls_discontinuities": playlist.read_text().count("#EXT-X-DISCONTINUITY") if playlist.exists() else None,
     }
 
 
@@ -173,7 +197,7 @@ async def bench(kinds: list[str], seconds: float, rate: float) -> dict[str, Any]
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--kinds", default="director,lipsync,render")
+    parser.add_argument("--kinds", default="director,lipsync,render,sink")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--rate", type=float, default=2.0, help="comments a second")
     parser.add_argument("--json", action="store_true")
@@ -181,9 +205,10 @@ def main() -> None:
     doc = asyncio.run(bench(args.kinds.split(","), args.seconds, args.rate))
     print_table(f"kill -9 of the process running each, a standby waiting ({doc['machine']['cpu']})",
                 ["kind", "standby running after s", "next output after s", "frames", "latest frame ms",
-                 "stored twice", "danmaku without / with two outcomes"],
+                 "stored twice", "danmaku without / with two outcomes", "video after the takeover"],
                 [[r["kind"], r["took_s"], r["next_output_s"], f"{r['frames']}/{r['expected_frames']}",
-                  r["latest_frame_ms"], r["stored_twice"], f"{r['no_outcome']} / {r['two_outcomes']}"]
+                  r["latest_frame_ms"], r["stored_twice"], f"{r['no_outcome']} / {r['two_outcomes']}",
+                  f"{Path(r['resumed_mp4']).name}: {r['resumed_frames']} frames" if r["resumed_mp4"] else ""]
                  for r in doc["results"]])
     write_result("standby", doc)
     if args.json:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -179,7 +180,10 @@ async def provision_consumers(js: JetStreamContext, specs: Sequence[ConsumerSpec
         current = info.config
         keys = ("max_deliver", "ack_wait", "max_ack_pending", "filter_subject", "filter_subjects")
         if any(getattr(current, k) != getattr(wanted, k) for k in keys):
-            await js.add_consumer(spec.stream, wanted)  # same durable name: an update
+            # Same durable name: an update, which keeps where it delivers from (re-made from its
+            # ack floor by a process that took it over: JetStream refuses to change that).
+            kept = dataclasses.replace(wanted, deliver_policy=current.deliver_policy, opt_start_seq=current.opt_start_seq)
+            await js.add_consumer(spec.stream, kept)
             changed.append(spec.durable)
     return changed
 

@@ -4,8 +4,9 @@ A lease is one key (``director``, ``render``...) in the ``troupe_leases`` bucket
 entries expire ``ttl_s`` after they were last written.  The holder writes it again
 every ``renew_s`` with the revision it last wrote (a compare-and-set): while it lives,
 nobody else can create the key; when it dies, the key expires and the first standby
-whose ``create`` succeeds holds it.  A holder that fails to renew for longer than the
-lease lasts has lost it (another may hold it now) and must stop at once.
+whose ``create`` succeeds holds it.  A holder that could not renew within the lease time
+(stalled, or cut off) has lost it if another process took it meanwhile, and must stop at
+once; when nobody has, it takes it again (a stalled process is not a dead one).
 """
 
 from __future__ import annotations
@@ -31,6 +32,23 @@ RENEW_S = 0.5    # how often a holder writes its lease again
 POLL_S = 0.2     # how often a standby tries to create the key
 
 
+ON_AIR = "onair"  # ``onair.<run>``: held by the process driving a show while it is on air
+
+
+def on_air_key(run: str) -> str:
+    return f"{ON_AIR}.{run}"
+
+
+async def runs_on_air(js: JetStreamContext) -> set[str]:
+    """The runs whose show process holds its on-air key now (one request: the bucket's subjects)."""
+    try:
+        info = await js.stream_info(f"KV_{BUCKET}", subjects_filter=f"$KV.{BUCKET}.{ON_AIR}.*")
+    except NotFoundError:
+        return set()
+    subjects = (info.state.subjects or {}) if info.state is not None else {}
+    return {subject.rsplit(".", 1)[1] for subject in subjects}
+
+
 def holder_name() -> str:
     """Who holds a lease, as written in it: host and process (for people and logs)."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -49,7 +67,8 @@ async def lease_bucket(js: JetStreamContext, ttl_s: float = TTL_S, replicas: int
             return await js.create_key_value(config)
         return await js.key_value(BUCKET)
     if info.config.max_age is not None and abs(info.config.max_age - ttl_s) > 1e-3:
-        await js.update_stream(dataclasses.replace(info.config, max_age=ttl_s))
+        window = min(info.config.duplicate_window or ttl_s, ttl_s)  # no longer than entries live
+        await js.update_stream(dataclasses.replace(info.config, max_age=ttl_s, duplicate_window=window))
         log.info("the lease bucket's lease time is now %.2f s", ttl_s)
     return await js.key_value(BUCKET)
 
@@ -113,9 +132,18 @@ class Lease:
                 last_ok = time.monotonic()
                 continue
             except KeyWrongLastSequenceError:
-                log.error("lease %s was taken over by %s", self.key, await _quiet(self.current_holder()))
-                self.lost.set()
-                return
+                # Not renewed in time (this process stalled past the lease time): the entry expired.
+                # Nobody else has taken it: take it again.  Somebody has: it is lost.
+                try:
+                    self.revision = await self.kv.create(self.key, self.holder.encode())
+                except Exception:  # noqa: BLE001 - taken by another process (or the server away)
+                    log.error("lease %s was taken over by %s", self.key, await _quiet(self.current_holder()))
+                    self.lost.set()
+                    return
+                log.warning("lease %s lapsed %.1f s after its last renewal and was taken again", self.key,
+                            time.monotonic() - last_ok)
+                last_ok = time.monotonic()
+                continue
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a passing failure: tried again until the lease would lapse

@@ -60,7 +60,7 @@ class Settings:
     face_linger_ms: int = 1500           # ... and goes back to neutral this long after a reply ends
     frame_max_age_s: float = 600.0
     stream_replicas: int = 1             # copies of each stream in a JetStream cluster (3: survives a node's loss)
-    lease_ttl_s: float = 1.5             # a standby takes over the director, lipsync or render this long after its holder died
+    lease_ttl_s: float = 1.5             # a standby takes over the director, lipsync, render or sink this long after its holder died
     slow_render_ms: float = 0.0
     render_delay_ms: int = 5
     join_window_s: float = 30.0

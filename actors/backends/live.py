@@ -128,9 +128,11 @@ class LiveOutput:
             container = av.open(self.target, "w", format="flv", timeout=self._timeout_s)
         else:
             Path(self.target).parent.mkdir(parents=True, exist_ok=True)
+            flags = "delete_segments+independent_segments"
+            if Path(self.target).exists():  # opened again (a reconnect, a sink taking over): go on
+                flags += "+append_list+discont_start"  # from the playlist there, after a discontinuity
             container = av.open(self.target, "w", format="hls", options={
-                "hls_time": f"{self._segment_s:g}", "hls_list_size": "6",
-                "hls_flags": "delete_segments+independent_segments",
+                "hls_time": f"{self._segment_s:g}", "hls_list_size": "6", "hls_flags": flags,
             })
         streams = {name: container.add_stream_from_template(t) for name, t in self._templates.items()}
         return container, streams

@@ -145,7 +145,7 @@ class ActorRuntime:
         await provision_consumers(self.js, specs)
         if self.actor.takes_over:  # shows on air: their state rebuilt from the streams first
             self.takeover = await rebuild(self.js, self.actor, specs, self.runs, self.clock(),
-                                          self.settings.run_grace_s, self.settings.run_idle_s, self._in_thread)
+                                          self.settings.run_grace_s, self._in_thread)
             for run in self.takeover.runs:
                 self.lifecycle.touch(run)
             if self.takeover.runs:

@@ -1,4 +1,4 @@
-"""Taking over a single-per-deployment actor (director, lipsync, render) mid-show.
+"""Taking over a single-per-deployment actor (director, lipsync, render, sink) mid-show.
 
 A process that starts such an actor while shows are on air (a standby taking over from
 one that died, or the same worker restarted) must not begin from nothing: it rebuilds
@@ -8,11 +8,14 @@ each live run's state from the streams, then goes on where the last holder stopp
    last holder had taken but not acked is delivered at once, not after the ack wait.
    Those inputs are handled again live; their outputs carry the same ids, so JetStream
    drops the ones already stored (within the streams' two-minute duplicate window).
-2. For every run on air (started, not ended, not past its planned end), the actor's
-   inputs up to the floor are read back in stream order and handled again, as
-   re-execution does, each at the show time it was handled then: the earliest of the
-   times its outputs record (a deferred decision's ``heard_ms``), else when it was
-   stored.  What these calls emit is thrown away: it was published already.
+   The actor is told (``taking_over``) before each run's past is handed to it.
+2. For every run on air (started, not a playback, not ended, not past its planned end, its
+   show process alive: ``live_runs``), the actor's inputs up to the floor are read back in
+   stream order and handled again, as re-execution does, each at the show time it was
+   handled then: the earliest of the times its outputs record (a deferred decision's
+   ``heard_ms``), else (it caused nothing yet) the time of the input before it.  Families
+   in ``rebuild_skips`` are not read (the sink's frames).  What these calls emit is thrown
+   away: it was published already.
 3. An actor whose decisions come from its clock (the director) has its clock run up to
    the last output of the run that only it publishes (``clock_marks``), so what it
    decided is decided again.  One that goes on from its last output (the renderer, from
@@ -45,6 +48,7 @@ from events.errors import DecodeError
 from events.run import RunStarted
 from events.subjects import PREFIX, family_filter, stream_name
 from infra.bus import ConsumerSpec, read_stream
+from infra.lease import runs_on_air
 
 log = logging.getLogger(__name__)
 # Output families never read back to time inputs: frames are large, observations many, and
@@ -80,25 +84,32 @@ async def restart_from_floor(js: JetStreamContext, spec: ConsumerSpec) -> int:
     return floor
 
 
-async def live_runs(js: JetStreamContext, runs: RunDirectory, now_ms: int, grace_ms: int,
-                    idle_ms: int) -> list[RunStarted]:
-    """The runs on air: started and not ended, and neither more than ``grace_ms`` past their
-    planned end nor (a run without one) started more than ``idle_ms`` ago."""
-    try:
-        info = await js.stream_info(stream_name("run"), subjects_filter=f"{PREFIX}.*.run.started")
-    except NotFoundError:
+async def live_runs(js: JetStreamContext, runs: RunDirectory, now_ms: int, grace_ms: int) -> list[RunStarted]:
+    """The runs on air: started, not ended, not past their planned end by ``grace_ms``, and
+    with their show process alive (holding the run's on-air lease: a run whose show died
+    without its run.ended is not taken over)."""
+    on_air = await runs_on_air(js)
+    if not on_air:
         return []
+    started, ended = (await _runs_with(js, "run.started")), (await _runs_with(js, "run.ended"))
     found = []
-    for subject in sorted((info.state.subjects or {}) if info.state is not None else {}):
-        run_id = subject.split(".")[1]
+    for run_id in sorted((started & on_air) - ended):
         run = await runs.get(run_id)
-        if run is None or await runs.ended_at(run_id) is not None:
-            continue
-        end_ms = run.started_at_ms + (run.duration_ms + grace_ms if run.duration_ms > 0 else idle_ms)
-        if now_ms > end_ms:
-            continue  # a run that never ended (its show died with it): over
+        if run is None or run.replay_of is not None or await runs.ended_at(run_id) is not None:
+            continue  # unknown, a playback (its outputs are replayed with it), or over
+        if run.duration_ms > 0 and now_ms > run.started_at_ms + run.duration_ms + grace_ms:
+            continue  # past its planned end
         found.append(run)
     return found
+
+
+async def _runs_with(js: JetStreamContext, type_: str) -> set[str]:
+    """The runs with an event of this type in the run stream (one request: its subjects)."""
+    try:
+        info = await js.stream_info(stream_name("run"), subjects_filter=f"{PREFIX}.*.{type_}")
+    except NotFoundError:
+        return set()
+    return {subject.split(".")[1] for subject in ((info.state.subjects or {}) if info.state is not None else {})}
 
 
 def _for_run(filters: Sequence[str], run: str) -> list[str]:
@@ -107,7 +118,7 @@ def _for_run(filters: Sequence[str], run: str) -> list[str]:
 
 async def rebuild(
     js: JetStreamContext, actor: Actor, specs: Sequence[ConsumerSpec], runs: RunDirectory,
-    now_s: float, grace_s: float, idle_s: float, in_thread: Callable[..., Awaitable[Any]],
+    now_s: float, grace_s: float, in_thread: Callable[..., Awaitable[Any]],
 ) -> Takeover:
     """Re-make the consumers from their floors and rebuild every live run's state in ``actor``
     (its handlers called through ``in_thread``: the actor's own worker thread)."""
@@ -118,7 +129,7 @@ async def rebuild(
     owned = {cls.type for cls in actor.emits}
     marks = set(actor.clock_marks) if isinstance(actor, ClockedActor) else set()
     out_families = sorted({t.split(".", 1)[0] for t in owned} - UNREAD_FAMILIES)
-    for run in await live_runs(js, runs, int(now_s * 1000), int(grace_s * 1000), int(idle_s * 1000)):
+    for run in await live_runs(js, runs, int(now_s * 1000), int(grace_s * 1000)):
         runs.remember(run)
         caused: dict[str, int] = {}   # input id -> show time the actor handled it (from its outputs)
         last_ms = 0
@@ -137,16 +148,21 @@ async def rebuild(
                     caused[event.causation] = min(at, caused.get(event.causation, at))
         feed: list[tuple[int, int, int, Event]] = []
         for i, spec in enumerate(specs):
+            if spec.family in actor.rebuild_skips:
+                continue
             floor = report.floors[spec.durable]
-            handled = -(10**12)
-            for msg in await read_stream(js, spec.stream, _for_run(list(spec.filters) or [family_filter(spec.family)], run.run), upto_seq=floor):
+            handled = 0
+            filters = _for_run(list(spec.filters) or [family_filter(spec.family)], run.run)
+            for msg in await read_stream(js, spec.stream, filters, upto_seq=floor):
                 event = _decoded(msg.data)
                 if event is None or event.run != run.run:
                     continue
-                at = caused.get(event.id, msg.time_us // 1000 - run.started_at_ms)
-                handled = max(handled, at)  # one consumer hands its inputs over in stream order
+                # One consumer hands its inputs over in stream order: an input that caused nothing
+                # is taken as handled with the one before it (as re-execution takes it).
+                handled = max(handled, caused.get(event.id, handled))
                 feed.append((handled, i, msg.seq, event))
         feed.sort(key=lambda x: x[:3])
+        await in_thread(actor.taking_over, run.run)
         await in_thread(_replay, actor, run, [(at, event) for at, _, _, event in feed], last_ms)
         if isinstance(actor, ClockedActor) and actor.resumes_from is not None:
             last = await _last(js, run.run, actor.resumes_from.type)

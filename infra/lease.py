@@ -124,34 +124,42 @@ class Lease:
         return False
 
     async def _renew(self) -> None:
-        last_ok = time.monotonic()
+        failing_since: float | None = None
         while True:
             await asyncio.sleep(self.renew_s)
             try:
-                self.revision = await self.kv.update(self.key, self.holder.encode(), last=self.revision)
-                last_ok = time.monotonic()
-                continue
-            except KeyWrongLastSequenceError:
-                # Not renewed in time (this process stalled past the lease time): the entry expired.
-                # Nobody else has taken it: take it again.  Somebody has: it is lost.
-                try:
-                    self.revision = await self.kv.create(self.key, self.holder.encode())
-                except Exception:  # noqa: BLE001 - taken by another process (or the server away)
-                    log.error("lease %s was taken over by %s", self.key, await _quiet(self.current_holder()))
-                    self.lost.set()
-                    return
-                log.warning("lease %s lapsed %.1f s after its last renewal and was taken again", self.key,
-                            time.monotonic() - last_ok)
-                last_ok = time.monotonic()
-                continue
+                self.revision = await self._write_again()
+            except _Lost:
+                log.error("lease %s was taken over by %s", self.key, await _quiet(self.current_holder()))
+                self.lost.set()
+                return
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - a passing failure: tried again until the lease would lapse
-                if time.monotonic() - last_ok > self.ttl_s:
-                    log.error("lease %s could not be renewed for %.1f s (%s): it is lost", self.key,
-                              time.monotonic() - last_ok, type(exc).__name__)
-                    self.lost.set()
-                    return
+            except Exception as exc:  # noqa: BLE001 - the bucket unreachable (a cluster electing a leader)
+                # Nobody can take the lease while nobody can write the bucket: keep trying; once it
+                # answers again, the write says whether the lease is still this process's.
+                if failing_since is None:
+                    failing_since = time.monotonic()
+                    log.warning("lease %s could not be renewed (%s); trying again", self.key, type(exc).__name__)
+                continue
+            if failing_since is not None:
+                log.warning("lease %s renewed again after %.1f s", self.key, time.monotonic() - failing_since)
+                failing_since = None
+
+    async def _write_again(self) -> int:
+        """Renew: write the lease over the revision this process wrote last.  Where that entry has
+        expired (this process stalled past the lease time, or the bucket was away), take it again,
+        unless another process has (``_Lost``)."""
+        try:
+            return await self.kv.update(self.key, self.holder.encode(), last=self.revision)
+        except KeyWrongLastSequenceError:
+            pass
+        try:
+            revision = await self.kv.create(self.key, self.holder.encode())
+        except KeyWrongLastSequenceError:
+            raise _Lost from None
+        log.warning("lease %s lapsed before it was renewed and was taken again", self.key)
+        return revision
 
     def abandon(self) -> None:
         """Stop renewing without a word, as a holder that died would (for tests and drills)."""
@@ -170,6 +178,10 @@ class Lease:
             with contextlib.suppress(Exception):
                 await self.kv.delete(self.key, last=self.revision)
         self.revision = None
+
+
+class _Lost(Exception):
+    """Another process holds the lease."""
 
 
 async def _sleep(seconds: float, stop: asyncio.Event | None) -> None:

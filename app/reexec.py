@@ -32,6 +32,7 @@ from sqlalchemy import Engine
 
 from actors.base import Actor, ClockedActor, Context
 from actors.runtime.admission import admit
+from actors.runtime.takeover import heard_at
 from app.registry import REEXECUTED, Wiring, entry
 from events import codec
 from events.audio import AudioChunk
@@ -160,12 +161,6 @@ def _director_inputs(rows: list[Row]) -> list[Row]:
     return started[:1] + in_stream_order(rows, (DanmakuReceived, OperatorControl, RolePaceMeasured))
 
 
-def _heard_at(event: Event) -> int:
-    """When the actor took in the input that caused ``event`` (a deferred decision says so)."""
-    heard = getattr(event, "heard_ms", None)
-    return event.t_ms if heard is None else int(heard)
-
-
 def _replay_handler(
     name: str, actor: Actor, run: RunStarted, inputs: list[Row], owned: frozenset[str], rec: _Recording,
     clocked: bool = False,
@@ -183,7 +178,7 @@ def _replay_handler(
                 continue
             mine = [r for r in rec.by_cause.get(row.event.id, []) if r.event.type in owned]
             if mine:
-                now = min(_heard_at(r.event) for r in mine)
+                now = min(heard_at(r.event) for r in mine)
             yield row, actor.handle(row.event, Context(run, now))
         if clocked:
             last = max((r.event.t_ms for r in rec.rows if r.event.type in owned), default=0)

@@ -155,8 +155,13 @@ class ConsumerSpec:
     def stream(self) -> str:
         return stream_name(self.family)
 
+    @property
+    def subjects(self) -> list[str]:
+        """The subjects it reads: its filters, else its whole family."""
+        return list(self.filters) or [family_filter(self.family)]
+
     def config(self) -> ConsumerConfig:
-        filters = list(self.filters) or [family_filter(self.family)]
+        filters = self.subjects
         return ConsumerConfig(
             durable_name=self.durable, ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL, max_deliver=self.max_deliver,

@@ -39,14 +39,14 @@ from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from actors.base import Actor, ClockedActor, Context
+from actors.base import Actor, ClockedActor, Context, inputs_for
 from actors.runtime.admission import admit
 from actors.runtime.runs import RunDirectory
 from events import codec
 from events.base import Event
 from events.errors import DecodeError
 from events.run import RunStarted
-from events.subjects import PREFIX, family_filter, stream_name
+from events.subjects import PREFIX, stream_name
 from infra.bus import ConsumerSpec, read_stream
 from infra.lease import runs_on_air
 
@@ -126,22 +126,18 @@ async def rebuild(
     report = Takeover()
     for spec in specs:
         report.floors[spec.durable] = await restart_from_floor(js, spec)
-    owned = {cls.type for cls in actor.emits}
+    outputs = [out for out in inputs_for(actor.emits) if out.family not in UNREAD_FAMILIES]
     marks = set(actor.clock_marks) if isinstance(actor, ClockedActor) else set()
-    out_families = sorted({t.split(".", 1)[0] for t in owned} - UNREAD_FAMILIES)
     for run in await live_runs(js, runs, int(now_s * 1000), int(grace_s * 1000)):
         runs.remember(run)
         caused: dict[str, int] = {}   # input id -> show time the actor handled it (from its outputs)
         last_ms = 0
-        for family in out_families:
-            filters = [f"{PREFIX}.{run.run}.{t}" for t in owned if t.startswith(f"{family}.")]
-            filters += [f"{f}.>" for f in filters]
-            for msg in await read_stream(js, stream_name(family), filters):
+        for out in outputs:
+            for msg in await read_stream(js, stream_name(out.family), _for_run(out.filters, run.run)):
                 event = _decoded(msg.data)
                 if event is None:
                     continue
-                heard = getattr(event, "heard_ms", None)
-                at = event.t_ms if heard is None else int(heard)
+                at = heard_at(event)
                 if type(event) in marks:
                     last_ms = max(last_ms, event.t_ms)
                 if event.causation is not None:
@@ -152,8 +148,7 @@ async def rebuild(
                 continue
             floor = report.floors[spec.durable]
             handled = 0
-            filters = _for_run(list(spec.filters) or [family_filter(spec.family)], run.run)
-            for msg in await read_stream(js, spec.stream, filters, upto_seq=floor):
+            for msg in await read_stream(js, spec.stream, _for_run(spec.subjects, run.run), upto_seq=floor):
                 event = _decoded(msg.data)
                 if event is None or event.run != run.run:
                     continue
@@ -184,6 +179,12 @@ def _replay(actor: Actor, run: RunStarted, feed: list[tuple[int, Event]], last_m
     if isinstance(actor, ClockedActor) and actor.clock_marks and actor.next_tick(run.run) is not None:
         for _ in actor.tick(Context(run, last_ms)) or ():
             pass
+
+
+def heard_at(event: Event) -> int:
+    """When the actor took in the input that caused ``event`` (a deferred decision says so)."""
+    heard = getattr(event, "heard_ms", None)
+    return event.t_ms if heard is None else int(heard)
 
 
 async def _last(js: JetStreamContext, run: str, type_: str) -> Event | None:

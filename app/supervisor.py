@@ -125,7 +125,9 @@ class Stage:
         (``stop`` set meanwhile, the actors started so far are returned)."""
         started: list[ActorRuntime] = []
         for name in names:
-            actor = self.build(name)  # built first: a standby is ready to go (models, sprites)
+            # Built first, so that a standby is ready to go (models, sprites); in a thread, so that
+            # the leases already held are renewed meanwhile.
+            actor = await asyncio.to_thread(self.build, name)
             if actor.takes_over and not wait and await self._held_elsewhere(name):
                 self._watches.append(asyncio.create_task(self._stand_by(actor, standing_by)))
                 continue

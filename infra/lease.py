@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import secrets
 import socket
 import time
 
@@ -82,6 +83,9 @@ class Lease:
         self.kv = kv
         self.key = key
         self.holder = holder or holder_name()
+        # Written with a token of this lease's own: two leases of one process (two stages) are
+        # told apart, and a renewal whose reply was lost is known as this lease's by its value.
+        self.value = f"{self.holder}#{secrets.token_hex(4)}".encode()
         self.ttl_s = ttl_s
         self.renew_s = renew_s
         self.lost = asyncio.Event()
@@ -96,7 +100,7 @@ class Lease:
             entry = await self.kv.get(self.key)
         except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
             return None
-        return (entry.value or b"").decode(errors="replace") or None
+        return (entry.value or b"").decode(errors="replace").rsplit("#", 1)[0] or None
 
     async def acquire(self, stop: asyncio.Event | None = None, on_wait: object = None) -> bool:
         """Wait until this process holds the lease (True), or until ``stop`` is set (False).
@@ -105,13 +109,16 @@ class Lease:
         told = False
         while stop is None or not stop.is_set():
             try:
-                self.revision = await self.kv.create(self.key, self.holder.encode())
+                self.revision = await self.kv.create(self.key, self.value)
             except KeyWrongLastSequenceError:
-                if not told and callable(on_wait):
-                    told = True
-                    on_wait(await self.current_holder() or "another process")
-                await _sleep(POLL_S, stop)
-                continue
+                revision = await self._own_revision()  # not None: created here, its reply lost
+                if revision is None:
+                    if not told and callable(on_wait):
+                        told = True
+                        on_wait(await self.current_holder() or "another process")
+                    await _sleep(POLL_S, stop)
+                    continue
+                self.revision = revision
             except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.NoRespondersError,
                     nats.js.errors.ServiceUnavailableError, nats.js.errors.NoStreamResponseError) as exc:
                 log.warning("lease %s: %s; trying again", self.key, type(exc).__name__)
@@ -151,15 +158,29 @@ class Lease:
         expired (this process stalled past the lease time, or the bucket was away), take it again,
         unless another process has (``_Lost``)."""
         try:
-            return await self.kv.update(self.key, self.holder.encode(), last=self.revision)
+            return await self.kv.update(self.key, self.value, last=self.revision)
         except KeyWrongLastSequenceError:
             pass
+        # Either the last write went through but its reply was lost (the entry is this lease's,
+        # at a newer revision), or the entry expired (created again here, unless another took it).
+        if (revision := await self._own_revision()) is not None:
+            return revision
         try:
-            revision = await self.kv.create(self.key, self.holder.encode())
+            revision = await self.kv.create(self.key, self.value)
         except KeyWrongLastSequenceError:
+            if (revision := await self._own_revision()) is not None:
+                return revision
             raise _Lost from None
         log.warning("lease %s lapsed before it was renewed and was taken again", self.key)
         return revision
+
+    async def _own_revision(self) -> int | None:
+        """The revision of the key's entry when it is this lease's own (None: absent or another's)."""
+        try:
+            entry = await self.kv.get(self.key)
+        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+            return None
+        return entry.revision if entry.value == self.value else None
 
     def abandon(self) -> None:
         """Stop renewing without a word, as a holder that died would (for tests and drills)."""

@@ -24,6 +24,19 @@ async def nats_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator
     await server.stop()
 
 
+@pytest.fixture(autouse=True)
+async def _leftover_tasks() -> AsyncIterator[None]:
+    """A test stopped half-way (its timeout) leaves its stage's tasks on the session's loop, where
+    they would go on holding leases and consuming in the next tests: cancelled when it ends."""
+    before = asyncio.all_tasks()
+    yield
+    left = [t for t in asyncio.all_tasks() if t not in before and t is not asyncio.current_task()]
+    for task in left:
+        task.cancel()
+    if left:
+        await asyncio.wait(left, timeout=10)
+
+
 @pytest.fixture
 async def js(nats_server: EmbeddedNats):  # type: ignore[no-untyped-def]
     nc = await connect(nats_server.url, "tests")

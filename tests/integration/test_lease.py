@@ -65,3 +65,30 @@ async def test_a_released_lease_is_taken_at_once_and_a_holder_learns_it_lost_its
         assert not await Lease(kv, "t-release", holder="d").acquire(stop)  # stopped while standing by
     finally:
         await nc.close()
+
+
+async def test_a_lease_knows_its_own_entry_and_two_of_one_process_are_told_apart(nats_server: EmbeddedNats) -> None:
+    nc = await connect(nats_server.url, "lease-test")
+    try:
+        kv = await lease_bucket(nc.jetstream(), ttl_s=1.0)
+        first = Lease(kv, "t-own", ttl_s=1.0, renew_s=0.3)
+        assert await first.acquire()
+        # A renewal that went through but whose reply was lost: the key is at a revision the
+        # holder never heard of, with its own value.  It goes on holding it.
+        await kv.put("t-own", first.value)
+        renewed = (await kv.get("t-own")).revision
+        await wait_for(lambda: first.revision is not None and first.revision > renewed, 5, "a renewal after it")
+        assert not first.lost.is_set()
+        # A second lease of the same process (another stage) is another holder: it stands by.
+        second = Lease(kv, "t-own", ttl_s=1.0, renew_s=0.3)
+        assert second.holder == first.holder
+        stop = asyncio.Event()
+        told: list[str] = []
+        waiting = asyncio.create_task(second.acquire(stop, on_wait=told.append))
+        await wait_for(lambda: told == [first.holder], 5, "the second told who holds it")
+        assert not waiting.done()
+        stop.set()
+        assert not await waiting
+        await first.release()
+    finally:
+        await nc.close()

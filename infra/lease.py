@@ -93,6 +93,10 @@ class Lease:
         self.acquired_at: float | None = None   # time.time() when it was taken
         self.waited_s = 0.0                      # how long acquire waited for a previous holder to go
         self._renewing: asyncio.Task[None] | None = None
+        # Set to stop renewing.  Cancelling alone is not enough: on Python 3.11 a cancel that
+        # lands as a renewal's reply arrives is swallowed by the client's wait_for, and the
+        # renewal would go on for ever (a release awaiting it with it).
+        self._done = asyncio.Event()
 
     async def current_holder(self) -> str | None:
         """Who holds the lease now (None: nobody)."""
@@ -126,6 +130,7 @@ class Lease:
                 continue
             self.acquired_at = time.time()
             self.waited_s = time.monotonic() - began
+            self._done.clear()
             self._renewing = asyncio.create_task(self._renew(), name=f"lease:{self.key}")
             return True
         return False
@@ -133,7 +138,9 @@ class Lease:
     async def _renew(self) -> None:
         failing_since: float | None = None
         while True:
-            await asyncio.sleep(self.renew_s)
+            await _sleep(self.renew_s, self._done)
+            if self._done.is_set():
+                return
             try:
                 self.revision = await self._write_again()
             except _Lost:
@@ -184,21 +191,30 @@ class Lease:
 
     def abandon(self) -> None:
         """Stop renewing without a word, as a holder that died would (for tests and drills)."""
-        if self._renewing is not None:
-            self._renewing.cancel()
-            self._renewing = None
+        self._stop_renewing()
 
     async def release(self) -> None:
         """Stop renewing and delete the key, so that a standby takes over at once."""
-        if self._renewing is not None:
-            self._renewing.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._renewing
-            self._renewing = None
+        renewing = self._stop_renewing()
+        if renewing is not None:
+            await asyncio.wait({renewing}, timeout=RENEW_S + 5.0)  # a renewal in flight answers, or times out
         if self.revision is not None and not self.lost.is_set():
-            with contextlib.suppress(Exception):
-                await self.kv.delete(self.key, last=self.revision)
+            # At the revision of the entry as it is: a renewal cut off by the cancel may still be
+            # written, without this lease hearing its revision (then asked again).
+            for _ in range(3):
+                with contextlib.suppress(Exception):
+                    revision = await self._own_revision()
+                    if revision is not None:
+                        await self.kv.delete(self.key, last=revision)
+                    break
         self.revision = None
+
+    def _stop_renewing(self) -> asyncio.Task[None] | None:
+        self._done.set()
+        renewing, self._renewing = self._renewing, None
+        if renewing is not None:
+            renewing.cancel()
+        return renewing
 
 
 class _Lost(Exception):

@@ -92,3 +92,19 @@ async def test_a_lease_knows_its_own_entry_and_two_of_one_process_are_told_apart
         await first.release()
     finally:
         await nc.close()
+
+
+async def test_a_release_never_hangs_on_a_renewal_in_flight(nats_server: EmbeddedNats) -> None:
+    # A lease renewed as often as it can be, released at every phase of a renewal: a cancel
+    # landing as a renewal's reply arrives must not leave the renewal (and the release) going on.
+    nc = await connect(nats_server.url, "lease-test")
+    try:
+        kv = await lease_bucket(nc.jetstream(), ttl_s=1.0)
+        for i in range(150):
+            lease = Lease(kv, f"t-inflight-{i}", ttl_s=1.0, renew_s=0.0005)
+            assert await lease.acquire()
+            await asyncio.sleep(0.002 + (i % 7) * 0.0007)
+            await asyncio.wait_for(lease.release(), 10)
+            assert await lease.current_holder() is None
+    finally:
+        await nc.close()

@@ -103,6 +103,11 @@ class Actor:
         """Turn one input event into output events (no I/O, no wall clock)."""
         raise NotImplementedError
 
+    def prepare(self, event: Event) -> None:
+        """Build, ahead of ``handle`` and on a thread of its own, what handling an input will need
+        and that takes long (the render's sprites for a run.started): the actor's other work (the
+        frames of the shows already on air) goes on meanwhile.  Touches no state of the runs."""
+
     def undecodable(self, key: str, raw: bytes, reason: str, ctx: Context) -> Sequence[Event]:
         """Events to emit for an input that could not be decoded (besides the dead letter).
 

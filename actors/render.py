@@ -115,12 +115,21 @@ class RenderActor(ClockedActor):
             BACKENDS.require_render()
         self.drawers: Drawers = drawers or BACKENDS.stage_drawer
         self._shows: dict[str, _Show] = {}
+        # Drawers built ahead on another thread (``prepare``), taken by the run's start.
+        self._prepared: dict[str, tuple[StageDrawer, tuple[str, ...], Show]] = {}
 
     def holds(self, run: str) -> bool:
         return run in self._shows
 
     def release(self, run: str) -> None:
         self._shows.pop(run, None)  # its drawer, sprite caches, memo, tracks
+        self._prepared.pop(run, None)
+
+    def prepare(self, event: Event) -> None:
+        # A run's sprites take a few hundred ms to build: built here, the frames of the shows
+        # already on air are drawn meanwhile (shows starting together miss none).
+        if isinstance(event, RunStarted) and event.run not in self._shows and event.run not in self._prepared:
+            self._prepared[event.run] = self._drawer(event)
 
     def active_runs(self) -> Sequence[RunStarted]:
         return [s.run for s in self._shows.values() if not self._finished(s)]
@@ -149,8 +158,9 @@ class RenderActor(ClockedActor):
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
         if isinstance(event, RunStarted):
+            prepared = self._prepared.pop(event.run, None)
             if ctx.joinable(self.settings.join_window_s):
-                self._start(event)
+                self._start(event, prepared)
             else:  # a run long under way (or long over) when this renderer met it
                 log.warning("not rendering run %s: it started %d s ago", event.run, ctx.now_ms // 1000)
             return ()
@@ -184,20 +194,24 @@ class RenderActor(ClockedActor):
             show.resolution = event.after
         return ()
 
-    def _start(self, run: RunStarted) -> None:
-        # Builds the sprite caches (a few hundred ms): once per run, on the event loop.
-        if run.run in self._shows:
-            return
+    def _drawer(self, run: RunStarted) -> tuple[StageDrawer, tuple[str, ...], Show]:
+        """A run's drawer with its sprite caches built (a few hundred ms), its roles and its show."""
         renderer, roles = stage_renderer(run, self.device, self.drawers)
-        quality = for_run(self.settings, run.config).jpeg_quality
-        # A planned length bounds the frames before run.ended arrives: that event is published
-        # at the very show time of the first frame past the end, and often handled after it.
-        planned = frame_count(run.duration_ms, run.fps) if run.duration_ms > 0 else None
         spec = show_from_dict(run.show)
         set_background = getattr(renderer, "set_background", None)
         if set_background is not None:  # every wall built now, not when its segment starts; the show's last
             for wall in (*spec.backgrounds[1:], spec.background):
                 set_background(wall)
+        return renderer, roles, spec
+
+    def _start(self, run: RunStarted, prepared: tuple[StageDrawer, tuple[str, ...], Show] | None = None) -> None:
+        if run.run in self._shows:
+            return
+        renderer, roles, spec = prepared or self._drawer(run)  # built here when not ahead (a takeover)
+        quality = for_run(self.settings, run.config).jpeg_quality
+        # A planned length bounds the frames before run.ended arrives: that event is published
+        # at the very show time of the first frame past the end, and often handled after it.
+        planned = frame_count(run.duration_ms, run.fps) if run.duration_ms > 0 else None
         self._shows[run.run] = _Show(run, renderer, roles, quality, frames=planned, faces=FaceTimeline(roles, run.seed),
                                      spec=spec)
 

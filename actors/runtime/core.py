@@ -216,9 +216,10 @@ class ActorRuntime:
         done, pending = await asyncio.wait(self._tasks, timeout=timeout_s) if self._tasks else (set(), set())
         for task in pending:
             task.cancel()
-        for task in pending:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if pending:  # waited for with a limit: on 3.11 a cancel can be swallowed (wait_for)
+            _, stuck = await asyncio.wait(pending, timeout=timeout_s)
+            for task in stuck:
+                log.error("%s did not stop when cancelled", task.get_name())
         for task in done:
             if not task.cancelled() and task.exception() is not None:
                 log.error("%s ended with %r", task.get_name(), task.exception())
@@ -305,6 +306,14 @@ class ActorRuntime:
             for d in deliveries:
                 if d.event is not None:
                     self.actor.noticed(d.event)
+        if type(self.actor).prepare is not Actor.prepare:
+            for d in deliveries:
+                if d.event is not None:
+                    try:
+                        await asyncio.to_thread(self.actor.prepare, d.event)
+                    except Exception as exc:  # noqa: BLE001 - handle builds it then, or says what is wrong
+                        log.warning("%s: preparing %s %s failed: %s", self.actor.name, d.event.type, d.event.id,
+                                    one_line(exc))
         async with self._lock:
             for d, error in zip(deliveries, errors, strict=True):
                 if error is not None:

@@ -94,7 +94,7 @@ class _Show:
     faces: FaceTimeline | None = None
     walls: list[tuple[int, str]] = field(default_factory=list)  # (show time, back wall) as segments start
     spec: Show | None = None   # the run's show
-    catch_up: bool = False  # taken over: the frames nobody drew are drawn late, not skipped
+    catch_up: bool = False  # started, or taken over: the frames nobody drew are drawn late, not skipped
 
 
 class RenderActor(ClockedActor):
@@ -126,10 +126,14 @@ class RenderActor(ClockedActor):
         self._prepared.pop(run, None)
 
     def prepare(self, event: Event) -> None:
-        # A run's sprites take a few hundred ms to build: built here, the frames of the shows
-        # already on air are drawn meanwhile (shows starting together miss none).
+        # A run's sprites take a few hundred ms to build, a resolution's too: built here, the
+        # frames of the shows on air are drawn meanwhile (shows starting together miss none).
         if isinstance(event, RunStarted) and event.run not in self._shows and event.run not in self._prepared:
             self._prepared[event.run] = self._drawer(event)
+        elif isinstance(event, ResolutionChanged) and (show := self._shows.get(event.run)) is not None:
+            prebuild = getattr(show.renderer, "prebuild", None)  # a drawer that can build ahead
+            if prebuild is not None:
+                prebuild(event.after)
 
     def active_runs(self) -> Sequence[RunStarted]:
         return [s.run for s in self._shows.values() if not self._finished(s)]
@@ -212,8 +216,10 @@ class RenderActor(ClockedActor):
         # A planned length bounds the frames before run.ended arrives: that event is published
         # at the very show time of the first frame past the end, and often handled after it.
         planned = frame_count(run.duration_ms, run.fps) if run.duration_ms > 0 else None
+        # A show's video begins at its first frame: frames due before this renderer was ready for
+        # it (shows starting together) are drawn late, not skipped, as after a takeover.
         self._shows[run.run] = _Show(run, renderer, roles, quality, frames=planned, faces=FaceTimeline(roles, run.seed),
-                                     spec=spec)
+                                     spec=spec, catch_up=True)
 
     def tick(self, ctx: Context) -> Sequence[Event]:
         assert ctx.run is not None

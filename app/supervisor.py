@@ -52,6 +52,7 @@ class Stage:
         self.runs: RunDirectory | None = None
         self.leases: list[Lease] = []
         self._watches: list[asyncio.Task[None]] = []
+        self.on_air: set[str] = set()  # the runs whose show this process drives now
 
     @property
     def js(self) -> JetStreamContext:
@@ -218,6 +219,11 @@ async def _watch(lease: Lease, rt: ActorRuntime) -> None:
     await rt.stop()  # never beside the process that took it over
 
 
+# How long after run.started is published its show time begins: the actors' time to get ready
+# (a renderer builds the run's sprites, ~0.1 s a show at 480p and more for art it has not loaded).
+START_LEAD_MS = 500
+
+
 def new_run_id() -> str:
     """A fresh run id (a subject token)."""
     return f"r{time.strftime('%Y%m%d%H%M%S')}{secrets.token_hex(2)}"
@@ -250,11 +256,15 @@ async def run_show(
     with log_context(run=run_id):  # this process's lines about the show say which run
         # Everything built so far (models, sprites, voices) lives for the whole show: keep it
         # out of the garbage collector's scans, whose pauses would land on the reply latency.
-        gc.collect()
+        # Collected only while no other show of this process is on air: a full collection of a
+        # big heap takes a few hundred ms, which the shows on air would lose as frames.
+        if not stage.on_air:
+            gc.collect()
         gc.freeze()
+        stage.on_air.add(run_id)
         started = RunStarted(
             id=f"{run_id}-start", run=run_id, show=show.to_dict(), seed=settings.seed, fps=settings.fps,
-            resolution=settings.resolution, started_at_ms=int(time.time() * 1000) + 200,
+            resolution=settings.resolution, started_at_ms=int(time.time() * 1000) + START_LEAD_MS,
             config=run_config(settings), duration_ms=int(duration_s * 1000),
         )
         # On air while this process drives the show: a standby takes over only runs whose show lives.
@@ -285,6 +295,7 @@ async def run_show(
             log.warning("run %s: %s at %.1f s of show time; ending it", run_id, reason, duration_ms / 1000)
         await stage.publish([RunEnded(id=f"{run_id}-end", run=run_id, t_ms=duration_ms, reason=reason, duration_ms=duration_ms)])
         await on_air.release()
+        stage.on_air.discard(run_id)
         mp4 = await _drain(stage, run_id, drain_timeout_s, video="sink" in names)
     return ShowResult(run_id, mp4, started.started_at_ms, duration_ms, reason)
 

@@ -127,7 +127,15 @@ class Tree:
 
 def show_figures(engine: Any, run: str, seconds: float) -> dict[str, Any]:
     """One show from the store: its frames' lateness, frames drawn, cues and their ends."""
-    lateness = [late for _, late in frame_lates(engine, run)]
+    drawn = frame_lates(engine, run)
+    lateness = [late for _, late in drawn]
+    expected = -(-int(seconds * 1000) * FPS // 1000)
+    at = {t for t, _ in drawn}
+    # When the frames nobody drew were due (show second -> how many): a start, or a stall.
+    missing: dict[int, int] = {}
+    for n in range(expected):
+        if n * 1000 // FPS not in at:
+            missing[n // FPS] = missing.get(n // FPS, 0) + 1
     with engine.connect() as conn:
         cues = {r.id for r in conn.execute(select(events.c.id).where(events.c.run == run, events.c.type == "cue.issued"))}
         done: set[str] = set()
@@ -140,7 +148,7 @@ def show_figures(engine: Any, run: str, seconds: float) -> dict[str, Any]:
             if type_ == "utterance.dropped" and str(payload.get("reason", "")).startswith("deadline passed"):
                 late.add(payload["utterance"])
     return {
-        "frames": len(lateness), "expected": -(-int(seconds * 1000) * FPS // 1000),
+        "frames": len(lateness), "expected": expected, "missing_by_second": missing,
         "late_p99_ms": round(pct(lateness, 99), 1) if lateness else None,
         # A reply written in full may still be dropped later (lipsync's deadline): dropped, not
         # answered.  Drops the stage decides (superseded, giving way to a gift) are not load.
@@ -219,7 +227,8 @@ async def bench(resolutions: list[str], modes: list[str], ladder: list[int], sec
                 print(f"{resolution} {mode} {k} shows: {'held' if t['held'] else 'did not hold'} "
                       f"(worst lateness p99 {t['worst_late_p99_ms']} ms, frames {t['frames']}, "
                       f"cues {t['answered']}/{t['cues']} answered, {t['dropped']} dropped ({t['dropped_late']} late), "
-                      f"CPU {t['cpu_s_per_show_s']} s per show-second)", file=sys.stderr, flush=True)
+                      f"CPU {t['cpu_s_per_show_s']} s per show-second; frames missing by show second "
+                      f"{[s['missing_by_second'] for s in t['per_show']]})", file=sys.stderr, flush=True)
                 if not t["held"]:
                     break
                 best = k

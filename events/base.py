@@ -9,6 +9,7 @@ uses Python import paths on the wire.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import types
 import typing
@@ -119,66 +120,162 @@ def derive_id(parent: str, discriminator: str | int) -> str:
 
 def check_value(value: Any, annotation: Any, field: str) -> Any:
     """Validate (and lightly coerce) a decoded JSON value against an annotation."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(annotation)
-        if value is None and type(None) in options:
-            return None
-        errors = []
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return check_value(value, option, field)
-            except DecodeError as exc:
-                errors.append(exc.reason)
-        raise DecodeError("; ".join(errors) or "invalid value", field)
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            raise DecodeError(f"expected a list, got {type(value).__name__}", field)
-        args = typing.get_args(annotation)
-        if len(args) == 2 and args[1] is Ellipsis:
-            return tuple(check_value(v, args[0], f"{field}[{i}]") for i, v in enumerate(value))
-        if len(args) != len(value):
-            raise DecodeError(f"expected {len(args)} items, got {len(value)}", field)
-        return tuple(check_value(v, a, f"{field}[{i}]") for i, (v, a) in enumerate(zip(args, value, strict=True)))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise DecodeError(f"expected an object, got {type(value).__name__}", field)
-        return value
-    if annotation is Any:
-        return value
-    if annotation is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise DecodeError(f"expected a number, got {type(value).__name__}", field)
-        return float(value)
-    if annotation is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise DecodeError(f"expected an integer, got {type(value).__name__}", field)
-        return value
-    if annotation in (str, bool, bytes):
-        if not isinstance(value, annotation) or (annotation is not bool and isinstance(value, bool)):
-            raise DecodeError(f"expected {annotation.__name__}, got {type(value).__name__}", field)
-        return value
-    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
-        return build_record(annotation, value, field)
-    raise DecodeError(f"unsupported annotation {annotation!r}", field)
+    try:
+        return checker(annotation)(value)
+    except _Bad as exc:
+        raise DecodeError(exc.reason, field + exc.path) from None
 
 
 def build_record(cls: type, value: Any, field: str) -> Any:
     """Build a nested frozen record (e.g. a phoneme or a viseme) from a JSON object or list."""
+    return check_value(value, cls, field)
+
+
+class _Bad(Exception):
+    """A value that does not fit; ``path`` is where below the value checked (``[2].name``)."""
+
+    def __init__(self, reason: str, path: str = "") -> None:
+        self.reason = reason
+        self.path = path
+
+
+Check = Callable[[Any], Any]
+
+
+def checker(annotation: Any) -> Check:
+    """The check of an annotation, made once: messages are decoded by the thousand a second and
+    their frames carry records (marks, visemes), so nothing of the annotation is looked into
+    again per value."""
+    try:
+        return _checker(annotation)
+    except TypeError:  # an annotation that cannot be a key (none of Troupe's events have one)
+        return _checker.__wrapped__(annotation)
+
+
+@functools.cache
+def _checker(annotation: Any) -> Check:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return _union(typing.get_args(annotation))
+    if origin is tuple:
+        return _tuple(typing.get_args(annotation))
+    if origin is dict:
+        def a_dict(value: Any) -> Any:
+            if not isinstance(value, dict):
+                raise _Bad(f"expected an object, got {type(value).__name__}")
+            return value
+        return a_dict
+    if annotation is Any:
+        return lambda value: value
+    if annotation is float:
+        def a_float(value: Any) -> float:
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise _Bad(f"expected a number, got {type(value).__name__}")
+            return float(value)
+        return a_float
+    if annotation is int:
+        def an_int(value: Any) -> int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise _Bad(f"expected an integer, got {type(value).__name__}")
+            return value
+        return an_int
+    if annotation in (str, bool, bytes):
+        def a_scalar(value: Any) -> Any:
+            if not isinstance(value, annotation) or (annotation is not bool and isinstance(value, bool)):
+                raise _Bad(f"expected {annotation.__name__}, got {type(value).__name__}")
+            return value
+        return a_scalar
+    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+        return _record(annotation)
+
+    def unsupported(value: Any) -> Any:
+        raise _Bad(f"unsupported annotation {annotation!r}")
+    return unsupported
+
+
+def _union(options: tuple[Any, ...]) -> Check:
+    nullable = type(None) in options
+    checks = [checker(o) for o in options if o is not type(None)]
+
+    def a_union(value: Any) -> Any:
+        if value is None and nullable:
+            return None
+        errors = []
+        for check in checks:
+            try:
+                return check(value)
+            except _Bad as exc:
+                errors.append(exc.reason)
+        raise _Bad("; ".join(errors) or "invalid value")
+    return a_union
+
+
+def _tuple(args: tuple[Any, ...]) -> Check:
+    if len(args) == 2 and args[1] is Ellipsis:
+        each = checker(args[0])
+
+        def many(value: Any) -> tuple[Any, ...]:
+            if not isinstance(value, list | tuple):
+                raise _Bad(f"expected a list, got {type(value).__name__}")
+            try:
+                return tuple(map(each, value))
+            except _Bad as exc:  # which item: found again, on the failing path only
+                i = next(i for i, v in enumerate(value) if not _fits(each, v))
+                raise _Bad(exc.reason, f"[{i}]{exc.path}") from None
+        return many
+    checks = [checker(a) for a in args]
+
+    def fixed(value: Any) -> tuple[Any, ...]:
+        if not isinstance(value, list | tuple):
+            raise _Bad(f"expected a list, got {type(value).__name__}")
+        if len(checks) != len(value):
+            raise _Bad(f"expected {len(checks)} items, got {len(value)}")
+        out = []
+        for i, (check, v) in enumerate(zip(checks, value, strict=True)):
+            try:
+                out.append(check(v))
+            except _Bad as exc:
+                raise _Bad(exc.reason, f"[{i}]{exc.path}") from None
+        return tuple(out)
+    return fixed
+
+
+def _fits(check: Check, value: Any) -> bool:
+    try:
+        check(value)
+    except _Bad:
+        return False
+    return True
+
+
+def _record(cls: type) -> Check:
+    fields = [(name, checker(hint), required) for name, hint, required in record_fields(cls)]
+    names = [name for name, _, _ in fields]
+
+    def a_record(value: Any) -> Any:
+        if isinstance(value, list):
+            if len(value) != len(names):
+                raise _Bad(f"expected {len(names)} items, got {len(value)}")
+            value = dict(zip(names, value, strict=True))
+        if not isinstance(value, dict):
+            raise _Bad(f"expected an object, got {type(value).__name__}")
+        kwargs = {}
+        for name, check, required in fields:
+            if name in value:
+                try:
+                    kwargs[name] = check(value[name])
+                except _Bad as exc:
+                    raise _Bad(exc.reason, f".{name}{exc.path}") from None
+            elif required:
+                raise _Bad("missing", f".{name}")
+        return cls(**kwargs)
+    return a_record
+
+
+@functools.cache
+def record_fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    """A record's fields: name, resolved annotation, required (resolved once per class: a frame's
+    marks and a track's visemes are records, decoded by the thousand a second)."""
     hints = typing.get_type_hints(cls)
-    names = [f.name for f in dataclasses.fields(cls)]
-    if isinstance(value, list):
-        if len(value) != len(names):
-            raise DecodeError(f"expected {len(names)} items, got {len(value)}", field)
-        value = dict(zip(names, value, strict=True))
-    if not isinstance(value, dict):
-        raise DecodeError(f"expected an object, got {type(value).__name__}", field)
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in value:
-            kwargs[f.name] = check_value(value[f.name], hints[f.name], f"{field}.{f.name}")
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise DecodeError("missing", f"{field}.{f.name}")
-    return cls(**kwargs)
+    return tuple((f.name, hints[f.name], f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+                 for f in dataclasses.fields(cls))

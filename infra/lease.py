@@ -31,6 +31,7 @@ BUCKET = "troupe_leases"
 TTL_S = 1.5      # a dead holder's lease is taken over this long after its last renewal
 RENEW_S = 0.5    # how often a holder writes its lease again
 POLL_S = 0.2     # how often a standby tries to create the key
+RELEASE_S = 2.0  # the longest a release waits for NATS (the key expires by itself anyway)
 
 
 ON_AIR = "onair"  # ``onair.<run>``: held by the process driving a show while it is on air
@@ -197,17 +198,23 @@ class Lease:
         """Stop renewing and delete the key, so that a standby takes over at once."""
         renewing = self._stop_renewing()
         if renewing is not None:
-            await asyncio.wait({renewing}, timeout=RENEW_S + 5.0)  # a renewal in flight answers, or times out
+            await asyncio.wait({renewing}, timeout=RELEASE_S)  # a renewal in flight answers, or is let go
         if self.revision is not None and not self.lost.is_set():
-            # At the revision of the entry as it is: a renewal cut off by the cancel may still be
-            # written, without this lease hearing its revision (then asked again).
-            for _ in range(3):
-                with contextlib.suppress(Exception):
-                    revision = await self._own_revision()
-                    if revision is not None:
-                        await self.kv.delete(self.key, last=revision)
-                    break
+            # Bounded: with NATS away (a process stopping with it) the key expires by itself.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(RELEASE_S):
+                    await self._delete()
         self.revision = None
+
+    async def _delete(self) -> None:
+        # At the revision of the entry as it is: a renewal cut off by the cancel may still be
+        # written, without this lease hearing its revision (then asked again).
+        for _ in range(3):
+            with contextlib.suppress(Exception):
+                revision = await self._own_revision()
+                if revision is not None:
+                    await self.kv.delete(self.key, last=revision)
+                return
 
     def _stop_renewing(self) -> asyncio.Task[None] | None:
         self._done.set()

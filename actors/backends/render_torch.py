@@ -361,6 +361,7 @@ class StageRenderer(StageDrawer):
         self._rhythms = tuple(rhythms)
         self._background = ""
         self._scenes: dict[tuple[str, str], _Scene] = {}  # (resolution, back wall) -> its sprites
+        self._ahead: dict[tuple[str, str], _Scene] = {}   # built by ``prebuild`` on another thread
         self._scene = self._build(resolution)
         self._gpu_jpeg = gpu_jpeg(self._device) if self._device.type == "cuda" else None
 
@@ -372,11 +373,22 @@ class StageRenderer(StageDrawer):
         key = (resolution, self._background)
         scene = self._scenes.get(key)
         if scene is None:
-            scene = _Scene(self._looks, RESOLUTIONS[resolution], self._seed, self._font_path, self._device,
-                           self._tensors, self._background)
+            scene = self._ahead.pop(key, None) or self._scene_of(key)
             self._scenes = {k: v for k, v in self._scenes.items() if k[0] == resolution}  # one resolution kept
             self._scenes[key] = scene
         return scene
+
+    def _scene_of(self, key: tuple[str, str]) -> _Scene:
+        resolution, background = key
+        return _Scene(self._looks, RESOLUTIONS[resolution], self._seed, self._font_path, self._device,
+                      self._tensors, background)
+
+    def prebuild(self, resolution: str) -> None:
+        """Build a resolution's sprites now, on the caller's thread, while frames are drawn at the
+        current one on another: ``set_resolution`` then finds them built (a switch costs no stall)."""
+        key = (resolution, self._background)
+        if resolution in RESOLUTIONS and key not in self._scenes and key not in self._ahead:
+            self._ahead = {key: self._scene_of(key)}  # the latest asked for only
 
     def set_resolution(self, resolution: str) -> None:
         """Switches resolution; the next draw() uses the rebuilt caches."""

@@ -306,14 +306,8 @@ class ActorRuntime:
             for d in deliveries:
                 if d.event is not None:
                     self.actor.noticed(d.event)
-        if type(self.actor).prepare is not Actor.prepare:
-            for d in deliveries:
-                if d.event is not None:
-                    try:
-                        await asyncio.to_thread(self.actor.prepare, d.event)
-                    except Exception as exc:  # noqa: BLE001 - handle builds it then, or says what is wrong
-                        log.warning("%s: preparing %s %s failed: %s", self.actor.name, d.event.type, d.event.id,
-                                    one_line(exc))
+        if type(self.actor).prepare is not Actor.prepare:  # side by side: shows starting together
+            await asyncio.gather(*(asyncio.to_thread(self._prepare, d.event) for d in deliveries if d.event is not None))
         async with self._lock:
             for d, error in zip(deliveries, errors, strict=True):
                 if error is not None:
@@ -330,6 +324,12 @@ class ActorRuntime:
                 if d.outputs and not d.queued:
                     d.futures += await self._publish(d.outputs)
         await self._complete([d for d in deliveries if not d.queued])
+
+    def _prepare(self, event: Event) -> None:
+        try:
+            self.actor.prepare(event)
+        except Exception as exc:  # noqa: BLE001 - handle builds it then, or says what is wrong
+            log.warning("%s: preparing %s %s failed: %s", self.actor.name, event.type, event.id, one_line(exc))
 
     async def _complete(self, deliveries: list[Delivery]) -> None:
         """Wait until the deliveries' outputs are stored, then ack (or retry) each.  Outputs that

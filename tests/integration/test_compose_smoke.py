@@ -104,6 +104,7 @@ class Stack:
                 proc.wait(20)
             if proc.poll() is None:
                 proc.kill()
+                proc.wait(10)
 
 
 def _get(url: str) -> Any:

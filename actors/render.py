@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 SUBTITLE_HOLD_MS = 1200
 FRAME_BATCH = 8  # frames a worker takes at once where many are drawn (export, re-execution)
+# How far behind the renderer may fall and still draw every frame (late, in one batch): a
+# collection or a busy core, not an overload.  Further behind, it skips to the present.
+HICCUP_FRAMES = 3
 
 
 class Drawers(Protocol):
@@ -95,6 +98,7 @@ class _Show:
     walls: list[tuple[int, str]] = field(default_factory=list)  # (show time, back wall) as segments start
     spec: Show | None = None   # the run's show
     catch_up: bool = False  # started, or taken over: the frames nobody drew are drawn late, not skipped
+    catch_up_to: int | None = None  # started: the last frame caught up (-1: set at the first tick)
 
 
 class RenderActor(ClockedActor):
@@ -217,9 +221,10 @@ class RenderActor(ClockedActor):
         # at the very show time of the first frame past the end, and often handled after it.
         planned = frame_count(run.duration_ms, run.fps) if run.duration_ms > 0 else None
         # A show's video begins at its first frame: frames due before this renderer was ready for
-        # it (shows starting together) are drawn late, not skipped, as after a takeover.
+        # it (shows starting together) are drawn late, not skipped, as after a takeover; only
+        # those (``catch_up_to``, set at the first tick): a renderer slower than the clock skips.
         self._shows[run.run] = _Show(run, renderer, roles, quality, frames=planned, faces=FaceTimeline(roles, run.seed),
-                                     spec=spec, catch_up=True)
+                                     spec=spec, catch_up=True, catch_up_to=-1)
 
     def tick(self, ctx: Context) -> Sequence[Event]:
         assert ctx.run is not None
@@ -229,17 +234,20 @@ class RenderActor(ClockedActor):
         due = (ctx.now_ms - self.settings.render_delay_ms) * show.run.fps // 1000
         if show.frames is not None:
             due = min(due, show.frames - 1)
-        if show.catch_up and due - show.next_frame <= 1:
+        if show.catch_up_to == -1:  # a show's first tick: the frames already due are caught up
+            show.catch_up_to = due
+        if show.catch_up and (due - show.next_frame <= 1
+                              or show.catch_up_to is not None and show.next_frame > show.catch_up_to):
             show.catch_up = False  # caught up: from here on, frames are skipped when late
         if show.catch_up:  # taken over: draw what was missed, a batch at a time
             first, count = show.next_frame, min(FRAME_BATCH, due - show.next_frame + 1)
         else:
-            if due - show.next_frame >= 2:  # more than a frame behind: drop to the present
+            if due - show.next_frame > HICCUP_FRAMES:  # further behind than a hiccup: drop to the present
                 show.skipped += due - show.next_frame
                 show.window_skipped += due - show.next_frame
                 show.next_frame = due
-            # One frame behind, this frame and the next are both due: drawn together, as one batch.
-            first, count = show.next_frame, 2 if due - show.next_frame == 1 else 1
+            # A few frames behind (a collection, a busy core): the frames due are drawn together, late.
+            first, count = show.next_frame, due - show.next_frame + 1
         show.next_frame += count
         began = time.perf_counter()
         frames = self._frames(show, range(first, first + count), ctx.now_ms)

@@ -77,7 +77,10 @@ async def test_a_standby_render_takes_over_and_draws_the_frames_nobody_drew(
     nats_server: EmbeddedNats, settings: Settings, tmp_path: Path
 ) -> None:
     r = await _taken_over("render", nats_server, settings, tmp_path)
-    assert r["missing_at_kill"] == 0, r  # the frames of the gap drawn late by the standby, not skipped
+    # The gap's frames (about 2 s, 50 frames) drawn late by the standby, not skipped.  After it
+    # caught up, a renderer more than 3 frames behind skips to the present as any does: on a
+    # loaded machine one such skip (4 or 5 frames) was seen; a gap left undrawn would be ~50.
+    assert r["missing_at_kill"] < 12, r
 
 
 async def test_a_standby_sink_carries_the_live_output_on_and_writes_the_rest_of_the_video(

@@ -101,11 +101,15 @@ class Lease:
 
     async def current_holder(self) -> str | None:
         """Who holds the lease now (None: nobody)."""
+        entry = await self._entry()
+        return None if entry is None else (entry.value or b"").decode(errors="replace").rsplit("#", 1)[0] or None
+
+    async def _entry(self) -> KeyValue.Entry | None:
+        """The key's entry now (None: absent)."""
         try:
-            entry = await self.kv.get(self.key)
+            return await self.kv.get(self.key)
         except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
             return None
-        return (entry.value or b"").decode(errors="replace").rsplit("#", 1)[0] or None
 
     async def acquire(self, stop: asyncio.Event | None = None, on_wait: object = None) -> bool:
         """Wait until this process holds the lease (True), or until ``stop`` is set (False).
@@ -184,11 +188,8 @@ class Lease:
 
     async def _own_revision(self) -> int | None:
         """The revision of the key's entry when it is this lease's own (None: absent or another's)."""
-        try:
-            entry = await self.kv.get(self.key)
-        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
-            return None
-        return entry.revision if entry.value == self.value else None
+        entry = await self._entry()
+        return entry.revision if entry is not None and entry.value == self.value else None
 
     def abandon(self) -> None:
         """Stop renewing without a word, as a holder that died would (for tests and drills)."""

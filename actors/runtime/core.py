@@ -306,8 +306,14 @@ class ActorRuntime:
             for d in deliveries:
                 if d.event is not None:
                     self.actor.noticed(d.event)
+        for d in deliveries:
+            # Whether a run is joined is decided as its start arrives: a run that ends while the
+            # actor gets ready for it (a renderer building its sprites) is still its own.
+            if isinstance(d.event, RunStarted):
+                d.joins = await self.view.joins(d.event, self._started_ms)
         if type(self.actor).prepare is not Actor.prepare:  # side by side: shows starting together
-            await asyncio.gather(*(asyncio.to_thread(self._prepare, d.event) for d in deliveries if d.event is not None))
+            await asyncio.gather(*(asyncio.to_thread(self._prepare, d.event) for d in deliveries
+                                   if d.event is not None and d.joins is not False))
         async with self._lock:
             for d, error in zip(deliveries, errors, strict=True):
                 if error is not None:
@@ -398,7 +404,7 @@ class ActorRuntime:
         if isinstance(event, RunStarted):
             self.runs.remember(event)
             ctx = Context(event, int(self.clock() * 1000) - event.started_at_ms)
-            joins = await self.view.joins(event, self._started_ms)
+            joins = d.joins if d.joins is not None else await self.view.joins(event, self._started_ms)
         elif isinstance(event, RunEnded):
             self.runs.remember_end(event.run, d.meta.timestamp_ns // 1000)
             self.lifecycle.ended(event.run)

@@ -59,6 +59,7 @@ class Delivery:
     left: bool = False        # neither acked nor retried: left to JetStream's redelivery (stopped mid-outage)
     progress_ms: int = 0      # when JetStream was last told it is still being worked on
     hop_ms: float | None = None  # from its emission to its fetch (observed once it is handled)
+    joins: bool | None = None  # a run.started: whether the actor opens the run (decided on arrival)
 
     @property
     def run(self) -> str:

@@ -125,8 +125,9 @@ async def test_one_worker_serves_500_short_runs_without_growing(own_nats: Embedd
         for actor in WORKER:
             assert _sample(text, "troupe_processed_total", actor=actor) >= 500, actor
         assert _sample(text, "troupe_published_total", actor="tts", type="audio.chunk") >= 500
-        # 25 runs at once at 10 fps: the renderer skips frames it is too late for, but draws.
-        assert _sample(text, "troupe_published_total", actor="render", type="frame.rendered") >= 100
+        # 25 runs at once, 4 frames each: a renderer joins a run as its start arrives, so it draws the
+        # frames of runs that ended while it built their sprites (late); 1808 of 2000 on a busy machine.
+        assert _sample(text, "troupe_published_total", actor="render", type="frame.rendered") >= 1000
     finally:
         await nc.close()
         worker.terminate()

@@ -124,6 +124,22 @@ class Tree:
     def cpu_s(self) -> float:
         return sum(self.cpu.values())
 
+    def by_process(self, since: dict[int, float], names: dict[int, str]) -> dict[str, float]:
+        """CPU seconds since ``since`` (an earlier ``cpu``) per process, named by ``names``
+        (the workers' actor kinds), else "stage" (this process) or the program's name."""
+        out: dict[str, float] = {}
+        for pid, cpu in self.cpu.items():
+            name = names.get(pid) or ("stage" if pid == self.me.pid else _program(pid))
+            out[name] = out.get(name, 0.0) + cpu - since.get(pid, 0.0)
+        return out
+
+
+def _program(pid: int) -> str:
+    try:
+        return psutil.Process(pid).name()
+    except psutil.Error:
+        return "gone"
+
 
 def show_figures(engine: Any, run: str, seconds: float) -> dict[str, Any]:
     """One show from the store: its frames' lateness, frames drawn, cues and their ends."""
@@ -171,7 +187,7 @@ async def trial(resolution: str, mode: str, k: int, seconds: float, rate: float)
                 else:
                     await stage.start_actors(ACTOR_NAMES)
                 tree.sample()
-                cpu0, t0 = tree.cpu_s(), time.monotonic()
+                cpu0, t0, since = tree.cpu_s(), time.monotonic(), dict(tree.cpu)
 
                 async def sampler() -> None:
                     while True:
@@ -188,6 +204,7 @@ async def trial(resolution: str, mode: str, k: int, seconds: float, rate: float)
                     sampling.cancel()
                 tree.sample()
                 cpu_s, wall_s = tree.cpu_s() - cpu0, time.monotonic() - t0
+                by_process = tree.by_process(since, {w.pid: name for w, name in zip(workers, ACTOR_NAMES, strict=False)})
             finally:
                 for w in workers:
                     w.terminate()
@@ -210,6 +227,7 @@ async def trial(resolution: str, mode: str, k: int, seconds: float, rate: float)
         "dropped": sum(s["dropped"] for s in shows), "dropped_late": sum(s["dropped_late"] for s in shows),
         "unended": sum(s["unended"] for s in shows),
         "cpu_s_per_show_s": round(cpu_s / (k * seconds), 3), "cpu_busy": round(cpu_s / wall_s / psutil.cpu_count(), 2),
+        "cpu_s_per_show_s_by_process": {n: round(c / (k * seconds), 3) for n, c in sorted(by_process.items(), key=lambda x: -x[1])},
         "rss_mb_per_show": round(tree.rss_peak / 2**20 / k, 1), "rss_mb": round(tree.rss_peak / 2**20, 1),
         "per_show": shows,
     }
@@ -227,7 +245,8 @@ async def bench(resolutions: list[str], modes: list[str], ladder: list[int], sec
                 print(f"{resolution} {mode} {k} shows: {'held' if t['held'] else 'did not hold'} "
                       f"(worst lateness p99 {t['worst_late_p99_ms']} ms, frames {t['frames']}, "
                       f"cues {t['answered']}/{t['cues']} answered, {t['dropped']} dropped ({t['dropped_late']} late), "
-                      f"CPU {t['cpu_s_per_show_s']} s per show-second; frames missing by show second "
+                      f"CPU {t['cpu_s_per_show_s']} s per show-second {t['cpu_s_per_show_s_by_process']}; "
+                      f"frames missing by show second "
                       f"{[s['missing_by_second'] for s in t['per_show']]})", file=sys.stderr, flush=True)
                 if not t["held"]:
                     break

@@ -80,6 +80,9 @@ class Actor:
     inputs: ClassVar[tuple[Input, ...]] = ()
     # Run handlers in a worker thread (CPU-heavy work that releases the GIL).
     blocking: ClassVar[bool] = False
+    # That worker thread's niceness above the process's (Linux: per thread): work that may fall
+    # behind a little (the sink's encoding) gives the cores to work with a deadline (frames).
+    nice: int = 0
     # Deliver events of runs without a run.started event (ctx.run is None) instead of failing.
     accepts_unknown_runs: ClassVar[bool] = False
     # Handle the events of a playback (a run re-published from the store, ``replay_of`` set).

@@ -107,6 +107,7 @@ class SinkActor(ClockedActor):
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.nice = settings.sink_nice
         self._muxes: dict[str, _Mux] = {}
         self.finished: dict[str, Path] = {}
         self._resuming: set[str] = set()  # runs taken over: their video opens at the first frame given
@@ -200,7 +201,7 @@ class SinkActor(ClockedActor):
         writer = mux.writer = Mp4Writer(
             path, width, height, run.fps, SAMPLE_RATE, self.settings.video_crf, self.settings.video_preset,
             keyint=round(self.settings.live_keyint_s * run.fps) if targets else None,
-            maxrate_kbps=self.settings.live_bitrate_kbps if targets else None,
+            maxrate_kbps=self.settings.live_bitrate_kbps if targets else None, threads=self.settings.video_threads,
         )
         mux.path = path
         for kind, target in targets.items():

@@ -29,6 +29,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import sys
 import tempfile
 import time
@@ -254,6 +255,7 @@ async def bench(resolutions: list[str], modes: list[str], ladder: list[int], sec
             held.setdefault(resolution, {})[mode] = best
     costs = {resolution: frame_path(resolution) for resolution in resolutions}
     return {"machine": machine(), "seconds": seconds, "rate": rate, "fps": FPS, "ladder": ladder,
+            "video_preset": load_settings().video_preset, "video_threads": load_settings().video_threads,
             "held": held, "frame_path_ms": costs, "trials": trials}
 
 
@@ -264,9 +266,12 @@ def main() -> None:
     parser.add_argument("--shows", default="1,2,3,4,6,8", help="the numbers of concurrent shows tried, in order")
     parser.add_argument("--seconds", type=float, default=30.0, help="each show's length")
     parser.add_argument("--rate", type=float, default=0.5, help="comments a second in each show")
+    parser.add_argument("--preset", default=None, help="the sinks' x264 preset (TROUPE_VIDEO_PRESET; default: the setting's)")
     parser.add_argument("--result", default="scale")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.preset:  # the stage's settings and the split workers' environment both read it
+        os.environ["TROUPE_VIDEO_PRESET"] = args.preset
     doc = asyncio.run(bench(args.resolutions.split(","), args.modes.split(","),
                             [int(k) for k in args.shows.split(",")], args.seconds, args.rate))
     rows = [[t["resolution"], t["mode"], t["shows"], "yes" if t["held"] else "no", t["worst_late_p99_ms"],

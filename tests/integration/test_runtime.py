@@ -4,21 +4,29 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
+import signal
+import threading
+import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from nats.js import JetStreamContext
 
 from actors.base import Actor, ClockedActor, Context, HandlerError, Input
 from actors.runtime import ActorRuntime
+from app.shows import load_show
 from events import codec
 from events.base import Event
 from events.cue import CueIssued
 from events.danmaku import DanmakuReceived
 from events.error import DeadLettered
+from events.run import RunStarted
 from events.subjects import stream_name
-from infra.bus import ConsumerSpec, provision_consumers, provision_streams
+from infra.bus import ConsumerSpec, connect, provision_consumers, provision_streams
 from infra.metrics import Metrics
+from infra.natsserver import EmbeddedNats
 from infra.settings import Settings
 from tests.conftest import wait_for
 
@@ -190,3 +198,77 @@ async def test_a_crashed_loop_is_restarted_then_given_up(js: JetStreamContext, s
     reason = await asyncio.wait_for(rt.failed(), 5)
     assert reason.startswith("flaky:tick crashed 6 times within a minute") and "bug in the actor" in reason
     await rt.stop()
+
+
+async def test_a_blocking_actors_thread_runs_at_its_niceness(js: JetStreamContext, settings: Settings) -> None:
+    class Background(Actor):
+        name = "background"
+        inputs = (Input("danmaku", ("troupe.nice.danmaku.received",)),)
+        accepts_unknown_runs = True
+        blocking = True
+        nice = 5  # as the sink's encoding thread is (TROUPE_SINK_NICE)
+
+        def __init__(self) -> None:
+            self.seen: int | None = None
+
+        def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
+            self.seen = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+            return ()
+
+    actor = Background()
+    async with ActorRuntime(actor, js, settings, Metrics()):
+        await publish_danmaku(js, "nice", ["hello"])
+        await wait_for(lambda: actor.seen is not None, what="the handler to run")
+    assert actor.seen == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 5)  # this thread's, and 5 lower
+
+
+async def test_ticks_go_on_while_their_outputs_wait_to_be_stored(tmp_path: Path, settings: Settings) -> None:
+    """A clocked actor does not wait for each tick's outputs to be acked before its next tick:
+    with the server frozen (SIGSTOP), ticks due every 20 ms go on (a renderer's frames are drawn
+    on time while the server is slow), and once it is back every output is stored."""
+    show = load_show()
+    run = RunStarted(id="tk-start", run="tk", show=show.to_dict(), seed=0, fps=50, resolution="360p",
+                     started_at_ms=int(time.time() * 1000), config={}, duration_ms=60_000)
+
+    class Metronome(ClockedActor):
+        name = "metronome"
+        emits = (CueIssued,)
+
+        def __init__(self) -> None:
+            self.n = 0
+
+        def active_runs(self) -> Sequence[RunStarted]:
+            return [run]
+
+        def next_tick(self, run_id: str) -> int | None:
+            return self.n * 20
+
+        def tick(self, ctx: Context) -> Sequence[Event]:
+            self.n += 1
+            return [CueIssued(id=f"tk-c{self.n}", run="tk", role="host", correlation=f"tk-c{self.n}", seq=0,
+                              user="u", text="tick", danmaku=(), routed_by="test")]
+
+    server = await EmbeddedNats(tmp_path / "own-nats").start()
+    nc = await connect(server.url, "test-ticks")
+    try:
+        js = nc.jetstream()
+        await provision_streams(js)
+        actor = Metronome()
+        async with ActorRuntime(actor, js, settings, Metrics()):
+            await wait_for(lambda: _eq(count(js, "cue", "tk"), 5), what="the first ticks stored")
+            assert server.pid is not None
+            os.kill(server.pid, signal.SIGSTOP)
+            try:
+                frozen_at = actor.n
+                await wait_for(lambda: actor.n >= frozen_at + 25, timeout_s=10, what="ticks while the server is frozen")
+            finally:
+                os.kill(server.pid, signal.SIGCONT)
+            ticked = actor.n
+            await wait_for(lambda: _at_least(count(js, "cue", "tk"), ticked), timeout_s=20, what="every tick's output stored")
+    finally:
+        await nc.close()
+        await server.stop()
+
+
+async def _at_least(value: Any, expected: int) -> bool:
+    return (await value) >= expected

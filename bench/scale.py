@@ -62,6 +62,7 @@ def frame_path(resolution: str, frames: int = 100) -> dict[str, float]:
     from bench.render import LOOKS, QUALITY, show_states, timed
 
     renderer = StageRenderer(LOOKS, resolution, seed=1)
+    settings = load_settings()
     width, height = renderer.size
     script = [show_states(i) for i in range(frames)]
     for i, (states, line) in enumerate(script[:FPS]):
@@ -75,7 +76,8 @@ def frame_path(resolution: str, frames: int = 100) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
 
         def sink(decode_only: bool) -> None:
-            with Mp4Writer(Path(tmp) / "f.mp4", width, height, FPS, 22050) as writer:
+            with Mp4Writer(Path(tmp) / "f.mp4", width, height, FPS, 22050, preset=settings.video_preset,
+                           threads=settings.video_threads) as writer:  # as the sink's
                 for jpeg in jpegs:
                     if decode_only:
                         writer.to_frame(jpeg)  # the writer's own decode, alone

@@ -192,6 +192,10 @@ def validate(settings: Settings) -> None:
         raise SettingsError("TROUPE_BANTER_TURNS must be at least 1")
     if settings.scheduler not in ("troupe", "fifo"):
         raise SettingsError("TROUPE_SCHEDULER must be 'troupe' or 'fifo'")
+    if not 0 <= settings.video_threads <= 16:
+        raise SettingsError(f"TROUPE_VIDEO_THREADS must be 0 (x264 picks) to 16, not {settings.video_threads}")
+    if not 0 <= settings.sink_nice <= 19:
+        raise SettingsError(f"TROUPE_SINK_NICE must be 0 to 19, not {settings.sink_nice}")
     if settings.store_frames not in ("full", "digest"):
         raise SettingsError("TROUPE_STORE_FRAMES must be 'full' or 'digest'")
     # Backend names are checked against the backend tables where backends are chosen (actors):

@@ -157,3 +157,14 @@ def test_log_lines_can_be_json_and_a_wrong_format_is_one_line(tmp_path: Path) ->
     out = subprocess.run([sys.executable, "-m", "app.cli", "runs"], capture_output=True, text=True, env=env,
                          timeout=60, check=False)
     assert out.returncode == 2 and out.stderr.strip() == "troupe: error: TROUPE_LOG_FORMAT must be one of text, json"
+
+
+def test_the_sinks_encoder_settings_are_checked() -> None:
+    from infra.settings import SettingsError, load_settings
+
+    settings = load_settings(environ={"TROUPE_VIDEO_THREADS": "0", "TROUPE_SINK_NICE": "0"})
+    assert (settings.video_threads, settings.sink_nice) == (0, 0)
+    with pytest.raises(SettingsError, match="TROUPE_VIDEO_THREADS must be 0 .x264 picks. to 16, not -1"):
+        load_settings(environ={"TROUPE_VIDEO_THREADS": "-1"})
+    with pytest.raises(SettingsError, match="TROUPE_SINK_NICE must be 0 to 19, not 20"):
+        load_settings(environ={"TROUPE_SINK_NICE": "20"})

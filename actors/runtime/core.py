@@ -413,7 +413,7 @@ class ActorRuntime:
         if isinstance(event, RunStarted):
             self.runs.remember(event)
             ctx = Context(event, int(self.clock() * 1000) - event.started_at_ms)
-            joins = d.joins if d.joins is not None else await self.view.joins(event, self._started_ms)
+            joins = bool(d.joins)  # looked up as it arrived (``_process``)
         elif isinstance(event, RunEnded):
             self.runs.remember_end(event.run, d.meta.timestamp_ns // 1000)
             self.lifecycle.ended(event.run)

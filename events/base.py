@@ -126,6 +126,14 @@ def check_value(value: Any, annotation: Any, field: str) -> Any:
         raise DecodeError(exc.reason, field + exc.path) from None
 
 
+def run_check(check: Check, value: Any, field: str) -> Any:
+    """``check_value`` with the annotation's check already looked up (``checker``)."""
+    try:
+        return check(value)
+    except _Bad as exc:
+        raise DecodeError(exc.reason, field + exc.path) from None
+
+
 def build_record(cls: type, value: Any, field: str) -> Any:
     """Build a nested frozen record (e.g. a phoneme or a viseme) from a JSON object or list."""
     return check_value(value, cls, field)

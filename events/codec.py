@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from events.base import ENVELOPE_FIELDS, Event, check_value, payload_names, registry
+from events.base import ENVELOPE_FIELDS, Check, Event, checker, payload_names, registry, run_check
 from events.errors import DecodeError
 
 MAGIC = b"\x00TRP"
@@ -103,9 +103,12 @@ def _build(
         if type(value) is not kind:
             raise DecodeError(f"wrong type {type(value).__name__}", name)
         kwargs[name] = value
-    for name, hint, required in plan:
+    for name, hint, check, required in plan:
         if name in payload:
-            kwargs[name] = _check(payload[name], hint, name)
+            value = payload[name]
+            # A str or an int where one is expected (most fields) needs no check; the rest are
+            # checked, and lightly coerced (an int where a float is expected).
+            kwargs[name] = value if type(value) is hint else run_check(check, value, f"payload.{name}")
         elif required:
             raise DecodeError("missing", f"payload.{name}")
     if cls.blob is not None:
@@ -115,16 +118,7 @@ def _build(
     return cls(**kwargs)
 
 
-def _check(value: Any, hint: Any, name: str) -> Any:
-    # Fast paths for the common scalar cases; everything else goes through check_value.
-    if hint is str and type(value) is str:
-        return value
-    if hint is int and type(value) is int:
-        return value
-    return check_value(value, hint, f"payload.{name}")
-
-
-def _plan(cls: type[Event]) -> tuple[tuple[str, Any, bool], ...]:
+def _plan(cls: type[Event]) -> tuple[tuple[str, Any, Check, bool], ...]:
     plan = _PLANS.get(cls)
     if plan is None:
         plan = _PLANS[cls] = _make_plan(cls)
@@ -132,13 +126,14 @@ def _plan(cls: type[Event]) -> tuple[tuple[str, Any, bool], ...]:
 
 
 # Derived from class definitions only (a memo, not state): decoding asks for it per event.
-_PLANS: dict[type[Event], tuple[tuple[str, Any, bool], ...]] = {}
+_PLANS: dict[type[Event], tuple[tuple[str, Any, Check, bool], ...]] = {}
 
 
-def _make_plan(cls: type[Event]) -> tuple[tuple[str, Any, bool], ...]:
+def _make_plan(cls: type[Event]) -> tuple[tuple[str, Any, Check, bool], ...]:
     hints = registry.field_types(cls.type)
     return tuple(
-        (f.name, hints[f.name], f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+        (f.name, hints[f.name], checker(hints[f.name]),
+         f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
         for f in dataclasses.fields(cls)
         if f.name in payload_names(cls)
     )

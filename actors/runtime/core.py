@@ -67,7 +67,7 @@ from infra.bus import (
     publish_event,
     transient,
 )
-from infra.logs import log_context
+from infra.logs import LOG_CONTEXT, log_context_of
 from infra.metrics import Metrics
 from infra.settings import Settings
 
@@ -444,15 +444,14 @@ class ActorRuntime:
         HandlerError, else for a retry (what a generator published before it raised is published
         again with the same ids on the retry, and dropped as a duplicate)."""
         started = time.perf_counter()
-        first = deliveries[0].event
-        ids = log_context(actor=self.actor.name, run=deliveries[0].run,
-                          role=first.role if first is not None else None,
-                          correlation=first.correlation if first is not None else None)
+        ids = log_context_of(self.actor.name, deliveries[0].run, deliveries[0].event)
         try:
-            with ids:
+            try:
                 result = await self._in_thread(fn, *args) if self.actor.blocking else fn(*args)
                 for d, outputs in zip(deliveries, result if batch else [result], strict=True):
                     await self._take(d, outputs)
+            finally:
+                LOG_CONTEXT.reset(ids)
         except HandlerError as exc:
             for d in deliveries:
                 d.fail(str(exc), permanent=True)

@@ -120,10 +120,7 @@ def derive_id(parent: str, discriminator: str | int) -> str:
 
 def check_value(value: Any, annotation: Any, field: str) -> Any:
     """Validate (and lightly coerce) a decoded JSON value against an annotation."""
-    try:
-        return checker(annotation)(value)
-    except _Bad as exc:
-        raise DecodeError(exc.reason, field + exc.path) from None
+    return run_check(checker(annotation), value, field)
 
 
 def run_check(check: Check, value: Any, field: str) -> Any:

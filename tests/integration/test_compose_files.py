@@ -9,12 +9,14 @@ nothing here needs a Docker engine."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import os
 import re
 import shutil
 import subprocess
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -322,6 +324,26 @@ def test_secret_defaults_are_marked_for_development() -> None:
         assert example.get(name) == default, f"{name} missing or different in .env.example"
     assert set(example) == {name for name, _ in uses}
     assert "development" in text.split("services:", 1)[0].lower()
+
+
+def get_json(url: str) -> Any:
+    """A JSON answer over HTTP (Prometheus's API)."""
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return json.loads(response.read())
+
+
+def dashboard_queries() -> set[str]:
+    return {t["expr"] for p in json.loads(DASHBOARD.read_text())["panels"] for t in p.get("targets", [])}
+
+
+def answer_queries(api: str, missing: set[str]) -> bool:
+    """Run each query still in ``missing`` against Prometheus at ``api`` (``.../api/v1``), taking
+    out those that return data; True once none is left (rates need two scrapes: call again)."""
+    for expr in list(missing):
+        with contextlib.suppress(OSError, ValueError):
+            if get_json(f"{api}/query?query={urllib.parse.quote(expr)}")["data"]["result"]:
+                missing.discard(expr)
+    return not missing
 
 
 def dockerfile_stages() -> list[tuple[str, str]]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import subprocess
@@ -31,11 +30,13 @@ from store.schema import events
 from tests.conftest import fresh_database, wait_for
 from tests.integration.test_compose_files import (
     COMPOSE,
-    DASHBOARD,
     NATS_CONFIG,
     PROMETHEUS_CONFIG,
+    answer_queries,
     compose_home,  # noqa: F401 - the fixture
     config_json,
+    dashboard_queries,
+    get_json,
     troupe_services,
 )
 from tests.integration.test_live_output import MODULE, Nginx
@@ -105,11 +106,6 @@ class Stack:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(10)
-
-
-def _get(url: str) -> Any:
-    with urllib.request.urlopen(url, timeout=5) as response:
-        return json.loads(response.read())
 
 
 def _healthy(port: int) -> bool:
@@ -204,7 +200,7 @@ async def test_the_compose_stack_runs_the_show_and_every_dashboard_query_has_dat
 
         def targets_up() -> bool:
             with contextlib.suppress(OSError, ValueError):
-                active = _get(f"{api}/targets")["data"]["activeTargets"]
+                active = get_json(f"{api}/targets")["data"]["activeTargets"]
                 seen.clear()
                 seen.update({t["labels"].get("service", "?"): t["health"] + " " + t.get("lastError", "")
                              for t in active if t["labels"]["job"] == "troupe"})
@@ -213,19 +209,10 @@ async def test_the_compose_stack_runs_the_show_and_every_dashboard_query_has_dat
 
         await wait_for(targets_up, 60, f"Prometheus scraping every Troupe service as up ({seen})")
         # Every query of the dashboard returns data, while the show runs (rates need two scrapes).
-        queries = [t["expr"] for p in json.loads(DASHBOARD.read_text())["panels"] for t in p.get("targets", [])]
-        missing = set(queries)
-
-        def answered() -> bool:
-            for expr in list(missing):
-                with contextlib.suppress(OSError, ValueError):
-                    if _get(f"{api}/query?query={urllib.parse.quote(expr)}")["data"]["result"]:
-                        missing.discard(expr)
-            return not missing
-
-        await wait_for(answered, 60, f"every dashboard query to return data (still empty: {missing})")
+        missing = dashboard_queries()
+        await wait_for(lambda: answer_queries(api, missing), 60, f"every dashboard query to return data (still empty: {missing})")
         # Label cardinality stays bounded: no viewer, text or chain id is ever a label.
-        labels = set(_get(f"{api}/labels")["data"])
+        labels = set(get_json(f"{api}/labels")["data"])
         assert not labels & {"user", "text", "id", "correlation", "run", "danmaku"}, labels
         await wait_for(lambda: show.poll() is not None, SHOW_S + 90, "the show to end")
         assert show.returncode == 0, stack.log("show")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import secrets
 from pathlib import Path
 from typing import Any
@@ -107,8 +108,10 @@ async def test_the_page_shows_the_show_live_and_sends_with_a_token(settings: Set
                 board = preview.board(run)
                 assert board is not None
                 assert not any(i["text"] == "this must not be sent" for i in board.feed.values())
-                roles = await page.inner_text("#roles")
-                assert all(r.name in roles for r in load_show().roles)
+                # Every role's name on the page (the list follows the run's role events: wait for it).
+                names = json.dumps([r.name for r in load_show().roles])
+                await until(page, f"{names}.every(n => document.getElementById('roles').innerText.includes(n))",
+                            30, "every role's name")
                 # The operator's buttons (the token holder): hold the show's own speech, say a line.
                 await page.click("#operator button[data-action=hold]")
                 await until(page, "document.getElementById('controlled').dataset.status === '401'", 10, "hold refused")

@@ -60,7 +60,7 @@ def podman(*args: str, check: bool = True, timeout: float = 120) -> str:
 class Stack:
     env: dict[str, str]
     ports: dict[str, int]
-    shows: list[str] = field(default_factory=list)
+    posted: list[tuple[str, str]] = field(default_factory=list)  # (run, danmaku id) POSTed to the preview
 
     def compose(self, *args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess[str]:
         command = [COMPOSE_BIN, "-p", PROJECT, "-f", str(ROOT / "docker-compose.yml"),
@@ -249,8 +249,9 @@ async def test_a_danmaku_posted_to_the_preview_is_answered(stack: Stack) -> None
     status, sent = await asyncio.to_thread(post, "preview-dev")
     assert status == 200, sent
     print(f"\npreview POST: {sent}", file=sys.stderr)
-    text = json.dumps(sent)
-    assert "cue" in text or "answered" in text, sent
+    [result] = sent["results"]
+    assert result["outcome"] == "cue" and result["role"] == "rex", result  # addressed: @rex
+    stack.posted.append((run, result["id"]))  # its reply is looked for in the store, below
 
 
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium (scripts/test.sh installs it)")
@@ -294,7 +295,7 @@ async def test_a_killed_worker_is_restarted_and_the_show_goes_on(stack: Stack) -
     restarted by `restart: unless-stopped`.  podman 4.3 counts a plain `podman kill` (SIGKILL) as
     a stop by the user, which no restart policy undoes (README)."""
     [lipsync] = stack.containers("lipsync")
-    [llm] = stack.containers("llm")[:1]
+    [llm] = [c for c in stack.containers("llm") if c["Name"] == f"{PROJECT}-llm-1"]
     podman("kill", "--signal", "TERM", lipsync["Id"])
     os.kill(llm["State"]["Pid"], 9)
 
@@ -311,10 +312,11 @@ async def test_a_killed_worker_is_restarted_and_the_show_goes_on(stack: Stack) -
 async def test_the_show_is_recorded_in_postgres_and_its_video_is_in_the_volume(stack: Stack) -> None:
     run = stack.runs()[0]
     env = dict(os.environ, TROUPE_STORE_URL=stack.store_url())
+    troupe = str(Path(sys.executable).parent / "troupe")
     report: dict[str, Any] = {}
 
-    def ended() -> bool:
-        done = subprocess.run([str(Path(sys.executable).parent / "troupe"), "inspect", run, "--json"], cwd=ROOT, env=env,
+    def ended(run: str = run) -> bool:
+        done = subprocess.run([troupe, "inspect", run, "--json"], cwd=ROOT, env=env,
                               capture_output=True, text=True, timeout=120, check=False)
         if done.returncode != 0:
             return False
@@ -325,10 +327,24 @@ async def test_the_show_is_recorded_in_postgres_and_its_video_is_in_the_volume(s
     events = report["events"]
     print(f"\nthe show's run from the PostgreSQL container: {json.dumps(report['run'])}\n"
           f"events: {json.dumps(events)}\nlatency_ms: {json.dumps(report['latency_ms'])}", file=sys.stderr)
-    assert events["frame.rendered"] == SHOW_S * 25, events
+    # Frames drawn of those due (a loaded machine may skip a few late ones; the sink's clock
+    # still gives the MP4 every frame, below).
+    assert events["frame.rendered"] >= SHOW_S * 25 * 0.97, events
     for kind in ("run.started", "run.ended", "cue.issued", "utterance.completed", "audio.chunk", "viseme.track"):
         assert events.get(kind, 0) > 0, (kind, events)
     assert not report["errors"], report["errors"]
+    # The danmaku POSTed to the preview was answered: its chain holds the reply, its speech and
+    # the frame it is first spoken in.
+    assert stack.posted
+    for posted_run, danmaku in stack.posted:
+        if posted_run != run:  # sent to a later show: wait for it to end too
+            await wait_for(lambda r=posted_run: asyncio.to_thread(ended, r), SHOW_S + 240, f"run {posted_run} ended")
+        done = await asyncio.to_thread(subprocess.run, [troupe, "inspect", posted_run, "--correlation", danmaku,
+                                                        "--json"], cwd=ROOT, env=env, capture_output=True, text=True,
+                                       timeout=120, check=False)
+        assert done.returncode == 0, done.stderr
+        hops = {e["type"] for e in json.loads(done.stdout)["events"]}
+        assert {"cue.issued", "utterance.completed", "audio.chunk", "frame.rendered"} <= hops, hops
     # The sink's MP4, in its named volume.
     [volume] = json.loads(podman("volume", "inspect", f"{PROJECT}_sink-out"))
     mp4 = Path(volume["Mountpoint"]) / f"{run}.mp4"
@@ -336,6 +352,12 @@ async def test_the_show_is_recorded_in_postgres_and_its_video_is_in_the_volume(s
     with av.open(str(mp4)) as video:
         assert video.streams.video[0].frames == SHOW_S * 25
         assert video.streams.audio
+    # No service died on its own: only the two killed on purpose were restarted (the show's
+    # driver restarts when its show ends; provision runs once).
+    restarts = {c["Name"]: c["RestartCount"] for c in stack.containers()
+                if c["Config"]["Labels"]["com.docker.compose.service"] not in ("show", "provision")}
+    killed = {f"{PROJECT}-lipsync-1", f"{PROJECT}-llm-1"}
+    assert {name: n for name, n in restarts.items() if n and name not in killed} == {}, restarts
 
 
 def test_down_leaves_nothing_behind(stack: Stack) -> None:

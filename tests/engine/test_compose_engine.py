@@ -172,6 +172,8 @@ async def test_prometheus_finds_every_service_by_dns_and_the_dashboard_has_data(
         return False
 
     await wait_for(targets_up, 120, f"Prometheus scraping every Troupe service and replica as up ({seen})")
+    print("\nPrometheus targets: " + ", ".join(f"{name} {len(h)}x {h[0]}" for name, h in sorted(seen.items())),
+          file=sys.stderr)
     missing = dashboard_queries()
     await wait_for(lambda: answer_queries(api, missing), 90, f"every dashboard query to return data (still empty: {missing})")
 

@@ -52,7 +52,8 @@ flock -w 600 9 || { echo "test-compose: another engine test holds $CACHE/.lock" 
 MADE=""  # the engine's folders outside $RUN that this run creates (removed at the end)
 for dir in /run/containers /run/runc /run/netns; do [ -e "$dir" ] || MADE="$MADE $dir"; done
 mkdir -p "$RUN"
-NPROC=$(ulimit -Hu); [ "$NPROC" = unlimited ] || [ "$NPROC" -gt 32768 ] && NPROC=32768  # conmon's own limit
+NOFILE=$(ulimit -Hn); [ "$NOFILE" = unlimited ] && NOFILE=1048576
+NPROC=$(ulimit -Hu); { [ "$NPROC" = unlimited ] || [ "$NPROC" -gt 32768 ]; } && NPROC=32768  # conmon's own, seen here
 cat > "$RUN/storage.conf" <<EOF
 [storage]
 driver = "overlay"
@@ -64,7 +65,7 @@ EOF
 # given here without CAP_SYS_RESOURCE: the host's own, and at most conmon's 32768 processes.
 cat > "$RUN/containers.conf" <<EOF
 [containers]
-default_ulimits = ["nofile=$(ulimit -Hn):$(ulimit -Hn)", "nproc=$NPROC:$NPROC"]
+default_ulimits = ["nofile=$NOFILE:$NOFILE", "nproc=$NPROC:$NPROC"]
 [engine]
 runtime = "runc"
 cgroup_manager = "cgroupfs"
@@ -231,5 +232,5 @@ services:
   grafana: {profiles: [grafana]}
 EOF
 export TROUPE_ENGINE_DIR=$RUN TROUPE_ENGINE_IMAGES=$RUN/images.jsonl
-"$PY" -m pytest -q tests/engine "$@"
+"$PY" -m pytest -q -s tests/engine "$@"  # -s: its log shows the sizes, targets and the run read back
 log "passed ($(elapsed))"

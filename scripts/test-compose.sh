@@ -83,6 +83,17 @@ export TROUPE_COMPOSE_BIN=$COMPOSE_BIN
 SERVICE_PID=
 HEALTH_PID=
 
+mounts_under() {  # the mount points at or under $1, deepest first
+    awk -v d="$1" '$2 == d || index($2, d "/") == 1 {print $2}' /proc/mounts | sort -r
+}
+unmount_under() {
+    local tries=0 points
+    while points=$(mounts_under "$1"); [ -n "$points" ] && [ $tries -lt 8 ]; do
+        echo "$points" | xargs -r -n1 umount -l 2>/dev/null
+        tries=$((tries + 1))
+    done
+}
+
 cleanup() {
     local status=$?
     set +e
@@ -111,13 +122,16 @@ cleanup() {
     done
     # the engine's state outside its own folder, where this run made it: netavark's (IP
     # allocations, aardvark-dns), runc's, and the network namespaces' mount point
-    for dir in $MADE; do mountpoint -q "$dir" && umount -l "$dir"; rm -rf "$dir"; done
+    # (podman binds /run/netns onto itself, shared, and each namespace's file into it: a mount may
+    # be stacked on another, so every mount at or under a folder goes, deepest first, until none is
+    # left)
+    for dir in $MADE; do unmount_under "$dir"; rm -rf "$dir"; done
     # overlay mounts and the run state; the cgroups conmon made for the containers
-    grep -E " ($RUN|$CACHE/storage)[^ ]* " /proc/mounts | awk '{print $2}' | sort -r | xargs -r -n1 umount -l 2>/dev/null
+    unmount_under "$RUN"; unmount_under "$CACHE/storage"
     rm -rf "$RUN"
     find /sys/fs/cgroup/*/libpod_parent -depth -type d -exec rmdir {} + 2>/dev/null
     # anything left behind fails the run
-    left=$( { iptables-save 2>/dev/null | grep -i netavark; grep -E " ($RUN|$CACHE/storage)[^ ]* " /proc/mounts;
+    left=$( { iptables-save 2>/dev/null | grep -i netavark; for dir in $MADE "$RUN" "$CACHE/storage"; do mounts_under "$dir"; done;
               ls -d $MADE "$RUN" 2>/dev/null; ip -o link 2>/dev/null | grep -E ': (podman[0-9]+|veth[^:]*)[:@]'; } || true)
     if [ -n "$left" ]; then
         echo "test-compose: left behind:" >&2; echo "$left" >&2

@@ -3,12 +3,14 @@
 ```toml
 size = [400, 640]            # every layer is this many pixels (width, height)
 head_anchor = [200, 250]     # the head turns and nods about this point
+pupil_travel = 8             # with a pupils layer: how far (pixels) they move at the fullest look
 
 [layers]                     # file names in the folder
 body = "body.png"            # drawn first; the desk hides its bottom
 head = "head.png"
 eyes_open = "eyes_open.png"
 eyes_closed = "eyes_closed.png"
+pupils = "pupils.png"        # optional: drawn over eyes_open, inside it, moved to look at the speaker
 
 [mouths]                     # at least rest and A; the others fall back (see MOUTH_FALLBACK)
 rest = "mouth_rest.png"
@@ -42,6 +44,7 @@ Scale = Callable[..., list[float]]  # sample art: coordinates to the supersample
 Paint = Callable[[ImageDraw.ImageDraw, Scale], None]
 MANIFEST = "avatar.toml"
 LAYERS = ("body", "head", "eyes_open", "eyes_closed")
+OPTIONAL_LAYERS = ("pupils",)  # drawn over eyes_open, clipped to it, moved as the role looks aside
 MOUTHS = ("rest", "A", "I", "U", "E", "O", "MBP", "FV", "L", "WQ")
 EXPRESSIONS = ("happy", "sad", "angry", "surprised", "thinking")  # neutral: no overlay
 MAX_SIDE = 4096
@@ -70,6 +73,7 @@ class Avatar:
     layers: Mapping[str, Image.Image]
     mouths: Mapping[str, Image.Image]        # by mouth name (those the folder has)
     expressions: Mapping[str, Image.Image] = field(default_factory=dict)
+    pupil_travel: int = 0  # pixels the pupils layer moves at the fullest look (0: it has none)
 
     def mouth(self, viseme: str) -> Image.Image:
         """The mouth drawn for a viseme (its first fallback the folder has)."""
@@ -95,8 +99,16 @@ def check(folder: str | Path) -> Avatar:
     anchor = _pair(doc, "head_anchor", manifest)
     if not (0 <= anchor[0] < size[0] and 0 <= anchor[1] < size[1]):
         raise AvatarError(f"{manifest}: head_anchor {list(anchor)} is outside the {size[0]}x{size[1]} picture")
-    layers = {name: _image(root, _table(doc, "layers", manifest).get(name), f"layers.{name}", size, manifest)
-              for name in LAYERS}
+    layer_files = _table(doc, "layers", manifest)
+    unknown = sorted(set(layer_files) - set(LAYERS) - set(OPTIONAL_LAYERS))
+    if unknown:
+        raise AvatarError(f"{manifest}: unknown layer {unknown[0]!r}; one of {', '.join(LAYERS + OPTIONAL_LAYERS)}")
+    layers = {name: _image(root, layer_files.get(name), f"layers.{name}", size, manifest)
+              for name in LAYERS + tuple(n for n in OPTIONAL_LAYERS if n in layer_files)}
+    travel = doc.get("pupil_travel", round(0.02 * size[0]) if "pupils" in layers else 0)
+    if not (isinstance(travel, int) and not isinstance(travel, bool) and 0 <= travel <= size[0] // 8):
+        raise AvatarError(f"{manifest}: pupil_travel must be a whole number of pixels from 0 to {size[0] // 8}, "
+                          f"not {travel!r}")
     mouth_files = _table(doc, "mouths", manifest)
     for required in ("rest", "A"):
         if required not in mouth_files:
@@ -111,7 +123,7 @@ def check(folder: str | Path) -> Avatar:
         raise AvatarError(f"{manifest}: unknown expression {unknown[0]!r}; one of {', '.join(EXPRESSIONS)}")
     expressions = {name: _image(root, file, f"expressions.{name}", size, manifest)
                    for name, file in expression_files.items()}
-    return Avatar(root, size, anchor, layers, mouths, expressions)
+    return Avatar(root, size, anchor, layers, mouths, expressions, travel if "pupils" in layers else 0)
 
 
 def digest(folder: str | Path) -> str:
@@ -161,6 +173,39 @@ def _image(root: Path, name: str | None, what: str, size: tuple[int, int], manif
         raise AvatarError(f"{path}: {what} is not a readable image ({exc})") from None
 
 
+def contact_sheet(avatar: Avatar, font_path: str | None = None, cell: int = 200, columns: int = 5) -> Image.Image:
+    """Every image of a checked folder, each over a checkerboard (where it is transparent) with
+    its name in the manifest: what a producer sees of the folder at a glance."""
+    from actors.backends.stage_art import find_font_file, load_font  # the stage's own font
+
+    parts = [*((name, img) for name, img in avatar.layers.items()),
+             *((f"mouths.{name}", img) for name, img in avatar.mouths.items()),
+             *((f"expressions.{name}", img) for name, img in avatar.expressions.items())]
+    w, h = avatar.size
+    scale = (cell - 20) / w
+    size = (max(1, round(w * scale)), max(1, round(min(h * scale, 3 * cell))))  # very tall art: its top
+    label = cell // 7
+    row = size[1] + 20 + label
+    sheet = Image.new("RGB", (columns * cell, -(-len(parts) // columns) * row), (32, 34, 56))
+    font = load_font(font_path or find_font_file(), round(label * 0.55))
+    board = Image.new("RGBA", size, (44, 46, 70, 255))
+    squares = ImageDraw.Draw(board)
+    step = max(4, cell // 14)
+    for y in range(0, size[1], step):
+        for x in range((y // step) % 2 * step, size[0], 2 * step):
+            squares.rectangle((x, y, x + step - 1, y + step - 1), fill=(64, 66, 92, 255))
+    draw = ImageDraw.Draw(sheet)
+    for k, (name, img) in enumerate(parts):
+        x, y = k % columns * cell, k // columns * row
+        tile = board.copy()
+        shown = img.resize((size[0], round(h * scale)), Image.Resampling.LANCZOS).crop((0, 0, *size))
+        tile.alpha_composite(shown)
+        sheet.paste(tile.convert("RGB"), (x + 10, y + 10))
+        draw.text((x + cell / 2, y + size[1] + 10 + (10 + label) / 2), name, fill=(235, 235, 245), font=font,
+                  anchor="mm")
+    return sheet
+
+
 def make_sample(folder: str | Path) -> Path:
     """Draw the sample avatar ("Pip", a cat in a hoodie) as a layered folder: every layer drawn by
     this function with Pillow (no third-party art), at twice the size and reduced, so edges are
@@ -195,9 +240,12 @@ def make_sample(folder: str | Path) -> Path:
                     d.arc(s(cx - 32, 190, cx + 32, 240), 200, 340, fill=dark, width=6 * ss)
                 else:
                     d.ellipse(s(cx - 26, 182, cx + 26, 242), fill=(255, 255, 255), outline=dark, width=4 * ss)
-                    d.ellipse(s(cx - 15, 195, cx + 15, 235), fill=(40, 30, 60))
-                    d.ellipse(s(cx - 8, 200, cx + 2, 212), fill=(255, 255, 255))
         return paint
+
+    def pupils(d: ImageDraw.ImageDraw, s: Scale) -> None:
+        for cx in (140, 260):
+            d.ellipse(s(cx - 15, 195, cx + 15, 235), fill=(40, 30, 60))
+            d.ellipse(s(cx - 8, 200, cx + 2, 212), fill=(255, 255, 255))
 
     def mouth(shape: str) -> Paint:
         def paint(d: ImageDraw.ImageDraw, s: Scale) -> None:
@@ -238,15 +286,16 @@ def make_sample(folder: str | Path) -> Path:
         return paint
 
     files = {"body.png": layer(body), "head.png": layer(head), "eyes_open.png": layer(eyes(False)),
-             "eyes_closed.png": layer(eyes(True))}
+             "eyes_closed.png": layer(eyes(True)), "pupils.png": layer(pupils)}
     files.update({f"mouth_{m.lower()}.png": layer(mouth(m)) for m in ("rest", "A", "I", "U", "E", "O")})
     files.update({f"{e}.png": layer(expression(e)) for e in EXPRESSIONS})
     for name, img in files.items():
         img.save(root / name, optimize=True)
     (root / MANIFEST).write_text(
-        "# Pip, the sample avatar: drawn by actors.backends.avatar.make_sample (troupe avatar sample DIR).\n"
-        "size = [400, 640]\nhead_anchor = [200, 330]\n\n[layers]\nbody = \"body.png\"\nhead = \"head.png\"\n"
-        "eyes_open = \"eyes_open.png\"\neyes_closed = \"eyes_closed.png\"\n\n[mouths]\n"
+        "# Pip, the sample avatar: drawn by actors.backends.avatar.make_sample (troupe avatar DIR --sample).\n"
+        "size = [400, 640]\nhead_anchor = [200, 330]\npupil_travel = 7\n\n[layers]\nbody = \"body.png\"\n"
+        "head = \"head.png\"\neyes_open = \"eyes_open.png\"\neyes_closed = \"eyes_closed.png\"\n"
+        "pupils = \"pupils.png\"\n\n[mouths]\n"
         + "".join(f"{m} = \"mouth_{m.lower()}.png\"\n" for m in ("rest", "A", "I", "U", "E", "O"))
         + "\n[expressions]\n" + "".join(f"{e} = \"{e}.png\"\n" for e in EXPRESSIONS), "utf-8")
     return root

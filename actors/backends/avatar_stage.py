@@ -1,9 +1,9 @@
 """A role drawn from its own layered art (``actors.backends.avatar``) on the stage.
 
 The body goes into the role's tiles (over the backdrop, per highlight and breathing offset) like
-a procedural role's; the head (head, eyes open or closed, the viseme's mouth, the expression's
-overlay) is a sprite composed the first time it is shown, then kept, and pasted each frame with
-its alpha where the head has turned and nodded to.
+a procedural role's; the head (head, eyes open or closed, the pupils where the role looks, the
+viseme's mouth, the expression's overlay) is a sprite composed the first time it is shown, then
+kept, and pasted each frame with its alpha where the head has turned and nodded to.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import torch
 from PIL import Image, ImageDraw, ImageFilter
 
 from actors.backends.avatar import Avatar
+from actors.backends.protocols import GAZE_STEPS
 
 Box = tuple[int, int, int, int]
 DESK_OVERLAP = 0.12  # the share of the picture's height the desk hides
@@ -111,11 +112,14 @@ class ArtRole:
         # The head sprite's box: everything that moves with the head.
         parts = [self.layers["head"], self.layers["eyes_open"], self.layers["eyes_closed"],
                  *self.mouths.values(), *self.expressions.values()]
+        # The pupils move inside the eyes' whites: how far per gaze step, in this size's pixels.
+        self.pupils = self.layers.get("pupils")
+        self.pupil_step = avatar.pupil_travel * scale / GAZE_STEPS
         boxes = [b for b in (p.getbbox() for p in parts) if b is not None]
         hx0, hy0 = min(b[0] for b in boxes), min(b[1] for b in boxes)
         hx1, hy1 = max(b[2] for b in boxes), max(b[3] for b in boxes)
         self.head_box: Box = (hx0, hy0, hx1, hy1)
-        self.heads: dict[tuple[str, bool, str], AlphaSprite] = {}
+        self.heads: dict[tuple[str, bool, str, int], AlphaSprite] = {}
         self.composed: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._mouth_names: dict[str, str] = {}
 
@@ -127,15 +131,23 @@ class ArtRole:
             name = self._mouth_names[viseme] = next(k for k, v in self.avatar.mouths.items() if v is mouth)
         return name
 
-    def head(self, expression: str, closed: bool, viseme: str) -> AlphaSprite:
-        """The head with its eyes, the viseme's mouth and the expression's overlay (kept once drawn)."""
+    def look(self, gaze: int) -> int:
+        """How far (pixels, right positive) the pupils move for a gaze step; 0 without a pupils layer."""
+        return round(gaze * self.pupil_step) if self.pupils is not None else 0
+
+    def head(self, expression: str, closed: bool, viseme: str, look: int = 0) -> AlphaSprite:
+        """The head with its eyes (the pupils moved ``look`` pixels), the viseme's mouth and the
+        expression's overlay (kept once drawn)."""
         name = self.mouth_name(viseme)
-        key = (expression, closed, name)
+        look = 0 if closed else look
+        key = (expression, closed, name, look)
         sprite = self.heads.get(key)
         if sprite is not None:
             return sprite
         img = self.layers["head"].copy()
         img.alpha_composite(self.layers["eyes_closed" if closed else "eyes_open"])
+        if self.pupils is not None and not closed:
+            img.alpha_composite(_inside(_moved(self.pupils, look), self.layers["eyes_open"]))
         img.alpha_composite(self.mouths[name])
         if expression in self.expressions:
             img.alpha_composite(self.expressions[expression])
@@ -155,8 +167,9 @@ class ArtRole:
         return sprite
 
     def draw(self, out: Any, lit: bool, d: int, expression: str, previous: str, blend: float, closed: bool,
-             viseme: str, dx: int, dy: int) -> None:
-        """The role into ``out`` (a frame): its tile, then its head where it has moved to."""
+             viseme: str, dx: int, dy: int, look: int = 0) -> None:
+        """The role into ``out`` (a frame): its tile, then its head where it has moved to (its
+        pupils ``look`` pixels aside)."""
         tx0, ty0, tx1, ty1 = self.tile_box
         out[ty0:ty1, tx0:tx1] = self.tiles[lit][d + self.amp]
         hx0, hy0, hx1, hy1 = self.head_box
@@ -170,7 +183,8 @@ class ArtRole:
         region = out[y + cy0:y + cy1, x + cx0:x + cx1]
         # The head over what is under it, kept for the poses that come back (a listener breathing,
         # a speaker's mouths): a plain copy instead of an alpha paste.
-        key = (lit, d, dx, dy, expression, closed, self.mouth_name(viseme)) if blend >= 1.0 else None
+        look = 0 if closed else look
+        key = (lit, d, dx, dy, expression, closed, self.mouth_name(viseme), look) if blend >= 1.0 else None
         kept = self.composed.get(key) if key is not None else None
         if kept is not None and key is not None:
             region[...] = kept
@@ -178,8 +192,9 @@ class ArtRole:
                 if key in self.composed:
                     self.composed.move_to_end(key)
             return
-        for sprite, fade in ((self.head(previous, closed, viseme), 1.0), (self.head(expression, closed, viseme), blend)) \
-                if blend < 1.0 else ((self.head(expression, closed, viseme), 1.0),):
+        for sprite, fade in ((self.head(previous, closed, viseme, look), 1.0),
+                             (self.head(expression, closed, viseme, look), blend)) \
+                if blend < 1.0 else ((self.head(expression, closed, viseme, look), 1.0),):
             _clipped(sprite, cx0, cy0, cx1, cy1, w, h).paste(region, fade)
         if key is not None:
             with self._lock:
@@ -210,6 +225,22 @@ def _scaled(avatar: Avatar, width: int, height: int) -> tuple[Layers, Layers, La
         while len(_SCALED) > 8:
             _SCALED.popitem(last=False)
     return scaled  # type: ignore[return-value]
+
+
+def _moved(layer: Image.Image, dx: int) -> Image.Image:
+    """``layer`` moved ``dx`` pixels to the right (left when negative), what leaves it cut off."""
+    if dx == 0:
+        return layer
+    moved = Image.new("RGBA", layer.size, (0, 0, 0, 0))
+    moved.paste(layer, (dx, 0))
+    return moved
+
+
+def _inside(layer: Image.Image, within: Image.Image) -> Image.Image:
+    """``layer`` only where ``within`` is opaque (its alpha times the other's)."""
+    rgba = np.array(layer)
+    rgba[..., 3] = (rgba[..., 3].astype(np.uint16) * np.array(within)[..., 3] // 255).astype(np.uint8)
+    return Image.fromarray(rgba, "RGBA")
 
 
 def _clipped(sprite: AlphaSprite, x0: int, y0: int, x1: int, y1: int, w: int, h: int) -> AlphaSprite:

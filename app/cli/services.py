@@ -77,10 +77,11 @@ async def _nats_config(args: argparse.Namespace, settings: Settings) -> int:
 def _avatar_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("folder", help="an avatar folder (layered PNGs and avatar.toml)")
     parser.add_argument("--sample", action="store_true", help="write the sample avatar (Pip) into the folder first")
+    parser.add_argument("--sheet", metavar="PNG", help="also draw every layer of the folder, named, into this picture")
 
 
 async def _avatar(args: argparse.Namespace, settings: Settings) -> int:
-    from actors.backends.avatar import AvatarError, check, digest, make_sample
+    from actors.backends.avatar import AvatarError, check, contact_sheet, digest, make_sample
 
     try:
         if args.sample:
@@ -88,8 +89,14 @@ async def _avatar(args: argparse.Namespace, settings: Settings) -> int:
         avatar = check(args.folder)
     except AvatarError as exc:
         raise UsageError(str(exc)) from None
+    if args.sheet:
+        try:
+            contact_sheet(avatar).save(args.sheet, format="PNG")
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{args.sheet}: cannot write the sheet ({exc})") from None
+    pupils = f", pupils moving {avatar.pupil_travel} px" if avatar.pupil_travel else ""
     print(f"{args.folder}: {avatar.size[0]}x{avatar.size[1]}, mouths {', '.join(avatar.mouths)}, expressions "
-          f"{', '.join(avatar.expressions) or 'none'}; sha256 {digest(args.folder)}")
+          f"{', '.join(avatar.expressions) or 'none'}{pupils}; sha256 {digest(args.folder)}")
     return 0
 
 

@@ -28,6 +28,7 @@ def test_the_sample_set_is_what_its_code_draws_and_passes_the_check(tmp_path: Pa
     drawn = check(make_sample(tmp_path / "pip"))  # the committed files come from make_sample
     assert drawn.size == avatar.size and set(drawn.mouths) == set(avatar.mouths)
     assert set(drawn.expressions) == set(avatar.expressions) == {"happy", "sad", "angry", "surprised", "thinking"}
+    assert "pupils" in avatar.layers and avatar.pupil_travel == drawn.pupil_travel == 7
     assert len(digest(SAMPLE)) == 64
 
 
@@ -68,6 +69,11 @@ def _copy(tmp_path: Path) -> Path:
     (lambda f: (f / "avatar.toml").write_text((f / "avatar.toml").read_text().replace("head_anchor = [200, 330]",
                                                                                       "head_anchor = [900, 330]")),
      "head_anchor [900, 330] is outside the 400x640 picture"),
+    (lambda f: (f / "avatar.toml").write_text((f / "avatar.toml").read_text().replace("pupils =", "pupil =")),
+     "unknown layer 'pupil'"),
+    (lambda f: (f / "avatar.toml").write_text((f / "avatar.toml").read_text().replace("pupil_travel = 7",
+                                                                                      "pupil_travel = 90")),
+     "pupil_travel must be a whole number of pixels from 0 to 50, not 90"),
 ])
 def test_a_bad_folder_is_one_line_naming_the_file(tmp_path: Path, breaks: object, needle: str) -> None:
     folder = _copy(tmp_path)
@@ -106,6 +112,53 @@ def test_an_image_art_role_draws_the_same_on_every_path_and_acts(tmp_path: Path)
     assert not (pictures[0] == pictures[1]).all() and not (pictures[1] == pictures[2]).all()
     same = [np.asarray(numpy_stage.draw(100, frames[0], "art")) for _ in range(2)]
     assert (same[0] == same[1]).all() and (same[0] == pictures[0]).all()
+
+
+def test_the_pupils_look_aside_inside_the_eyes() -> None:
+    """A pupils layer moves with the gaze, as far as pupil_travel says, and never leaves the whites."""
+    from actors.backends.avatar_stage import ArtRole
+    from actors.backends.protocols import GAZE_STEPS
+
+    avatar = check(SAMPLE)
+    bg = Image.new("RGBA", (640, 360), (20, 20, 40, 255))
+    art = ArtRole(avatar, bg, 320, 25, 290, 320.0, 2, lambda a: a)
+    full = art.look(GAZE_STEPS)
+    assert full == round(avatar.pupil_travel * art.scale) > 0 and art.look(-GAZE_STEPS) == -full
+
+    def pupil_x(look: int) -> float:  # the pupils' colour (blue over red; the outlines are brown)
+        rgb = art.head("neutral", False, "sil", look).rgb.astype(int)
+        ys, xs = np.nonzero(rgb[..., 2] > rgb[..., 0] + 15)
+        return float(xs.mean())
+
+    left, middle, right = pupil_x(-full), pupil_x(0), pupil_x(full)
+    assert left < middle < right and abs((right - left) - 2 * full) <= 1.5
+    # Only the eyes change: the head, mouth and outline are where they were.
+    hx0, hy0, hx1, hy1 = art.head_box
+    eyes = np.array(art.layers["eyes_open"])[hy0:hy1, hx0:hx1, 3] > 0
+    changed = (art.head("neutral", False, "sil", full).rgb != art.head("neutral", False, "sil", 0).rgb).any(axis=2)
+    assert changed.any() and not (changed & ~eyes).any()
+    # Closed eyes have no pupils to move.
+    assert (art.head("happy", True, "aa", full).rgb == art.head("happy", True, "aa", -full).rgb).all()
+
+
+def test_an_avatar_without_pupils_keeps_its_eyes_still(tmp_path: Path) -> None:
+    folder = _copy(tmp_path)
+    manifest = folder / "avatar.toml"
+    manifest.write_text(manifest.read_text().replace('pupils = "pupils.png"\n', "").replace("pupil_travel = 7\n", ""))
+    avatar = check(folder)
+    assert "pupils" not in avatar.layers and avatar.pupil_travel == 0
+
+
+def test_troupe_avatar_writes_the_sample_and_draws_its_sheet(tmp_path: Path) -> None:
+    sheet = tmp_path / "sheet.png"
+    result = troupe("avatar", str(tmp_path / "pip"), "--sample", "--sheet", str(sheet))
+    assert result.returncode == 0, result.stderr
+    assert "400x640" in result.stdout and "pupils moving 7 px" in result.stdout
+    assert digest(tmp_path / "pip") in result.stdout
+    with Image.open(sheet) as img:  # 4 layers, the pupils, 6 mouths, 5 expressions: 16 in rows of 5
+        assert img.format == "PNG" and img.size == (5 * 200, 4 * (288 + 20 + 200 // 7))  # 400x640 at 180 wide
+    bad = troupe("avatar", str(tmp_path / "pip"), "--sheet", str(tmp_path / "no" / "such" / "sheet.png"))
+    assert bad.returncode == 2 and "cannot write the sheet" in one_line_error(bad)
 
 
 def test_redrawing_refuses_when_the_art_changed_since_the_run(tmp_path: Path) -> None:

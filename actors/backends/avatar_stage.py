@@ -2,12 +2,14 @@
 
 The body goes into the role's tiles (over the backdrop, per highlight and breathing offset) like
 a procedural role's; the head (head, eyes open or closed, the pupils where the role looks, the
-viseme's mouth, the expression's overlay) is a sprite composed the first time it is shown, then
-kept, and pasted each frame with its alpha where the head has turned and nodded to.
+viseme's mouth, the expression's overlay), leaning about its anchor toward where the role looks,
+is a sprite composed the first time it is shown, then kept, and pasted each frame with its
+alpha where the head has turned and nodded to.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from actors.backends.protocols import GAZE_STEPS
 Box = tuple[int, int, int, int]
 DESK_OVERLAP = 0.12  # the share of the picture's height the desk hides
 COMPOSED_KEPT = 48   # heads over their background kept per role (about 200 kB each at 720p)
+HEADS_KEPT = 64      # head sprites kept per role (a pose: expression, eyes, mouth, gaze; ~0.65 MB at 720p)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +121,12 @@ class ArtRole:
         boxes = [b for b in (p.getbbox() for p in parts) if b is not None]
         hx0, hy0 = min(b[0] for b in boxes), min(b[1] for b in boxes)
         hx1, hy1 = max(b[2] for b in boxes), max(b[3] for b in boxes)
-        self.head_box: Box = (hx0, hy0, hx1, hy1)
-        self.heads: dict[tuple[str, bool, str, int], AlphaSprite] = {}
+        # The head leans about its anchor: its box takes in what the fullest lean sweeps.
+        self.anchor = (avatar.head_anchor[0] * pw / w, avatar.head_anchor[1] * ph / h)
+        self.tilt_step = avatar.head_tilt / GAZE_STEPS  # degrees per gaze step
+        self.head_box: Box = _swept((hx0, hy0, hx1, hy1), self.anchor, avatar.head_tilt)
+        # (expression, closed, mouth, gaze) -> sprite, the most recently shown last
+        self.heads: OrderedDict[tuple[str, bool, str, int], AlphaSprite] = OrderedDict()
         self.composed: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
         self._mouth_names: dict[str, str] = {}
 
@@ -135,25 +142,37 @@ class ArtRole:
         """How far (pixels, right positive) the pupils move for a gaze step; 0 without a pupils layer."""
         return round(gaze * self.pupil_step) if self.pupils is not None else 0
 
-    def head(self, expression: str, closed: bool, viseme: str, look: int = 0) -> AlphaSprite:
-        """The head with its eyes (the pupils moved ``look`` pixels), the viseme's mouth and the
-        expression's overlay (kept once drawn)."""
+    def tilt(self, gaze: int) -> float:
+        """How far (degrees, counter-clockwise positive) the head leans for a gaze step: its top
+        toward where it looks."""
+        return -gaze * self.tilt_step
+
+    def head(self, expression: str, closed: bool, viseme: str, gaze: int = 0) -> AlphaSprite:
+        """The head with its eyes (the pupils turned ``gaze`` steps), the viseme's mouth and the
+        expression's overlay, leaning toward where it looks (kept once drawn)."""
         name = self.mouth_name(viseme)
-        look = 0 if closed else look
-        key = (expression, closed, name, look)
+        key = (expression, closed, name, gaze)
         sprite = self.heads.get(key)
         if sprite is not None:
+            with self._lock:
+                if key in self.heads:
+                    self.heads.move_to_end(key)
             return sprite
         img = self.layers["head"].copy()
         img.alpha_composite(self.layers["eyes_closed" if closed else "eyes_open"])
         if self.pupils is not None and not closed:
-            img.alpha_composite(_inside(_moved(self.pupils, look), self.layers["eyes_open"]))
+            img.alpha_composite(_inside(_moved(self.pupils, self.look(gaze)), self.layers["eyes_open"]))
         img.alpha_composite(self.mouths[name])
         if expression in self.expressions:
             img.alpha_composite(self.expressions[expression])
-        rgba = np.array(img.crop(self.head_box))
+        img = img.crop(self.head_box)  # (transparent where the box reaches past the picture)
+        angle = self.tilt(gaze)
+        if angle:  # premultiplied, so no dark fringe from the transparent pixels' colour
+            centre = (self.anchor[0] - self.head_box[0], self.anchor[1] - self.head_box[1])
+            img = img.convert("RGBa").rotate(angle, Image.Resampling.BICUBIC, center=centre).convert("RGBA")
+        rgba = np.array(img)
         alpha = rgba[..., 3]
-        solid = np.repeat((alpha >= 250)[..., None], 3, axis=2)
+        solid = np.repeat((alpha >= 250)[..., None], 3, axis=2)  # (a broadcast mask copies at half the speed)
         ys, xs = np.nonzero((alpha > 0) & (alpha < 250))
         rgb = np.ascontiguousarray(rgba[..., :3])
         edge_a = alpha[ys, xs].astype(np.uint16)[:, None]
@@ -164,12 +183,14 @@ class ArtRole:
             sprite = AlphaSprite(rgb, solid, ys, xs, edge_a)
         with self._lock:
             self.heads[key] = sprite
+            if len(self.heads) > HEADS_KEPT:
+                self.heads.popitem(last=False)
         return sprite
 
     def draw(self, out: Any, lit: bool, d: int, expression: str, previous: str, blend: float, closed: bool,
-             viseme: str, dx: int, dy: int, look: int = 0) -> None:
-        """The role into ``out`` (a frame): its tile, then its head where it has moved to (its
-        pupils ``look`` pixels aside)."""
+             viseme: str, dx: int, dy: int, gaze: int = 0) -> None:
+        """The role into ``out`` (a frame): its tile, then its head where it has moved to, turned
+        ``gaze`` steps (its pupils aside, the head leaning)."""
         tx0, ty0, tx1, ty1 = self.tile_box
         out[ty0:ty1, tx0:tx1] = self.tiles[lit][d + self.amp]
         hx0, hy0, hx1, hy1 = self.head_box
@@ -182,9 +203,10 @@ class ArtRole:
             return
         region = out[y + cy0:y + cy1, x + cx0:x + cx1]
         # The head over what is under it, kept for the poses that come back (a listener breathing,
-        # a speaker's mouths): a plain copy instead of an alpha paste.
-        look = 0 if closed else look
-        key = (lit, d, dx, dy, expression, closed, self.mouth_name(viseme), look) if blend >= 1.0 else None
+        # a speaker's mouths): a plain copy instead of an alpha paste. Only where what is under it
+        # is this role's tile (or the backdrop above it), not a neighbour's figure, which moves.
+        keep = blend >= 1.0 and tx0 <= x + cx0 and x + cx1 <= tx1
+        key = (lit, d, dx, dy, expression, closed, self.mouth_name(viseme), gaze) if keep else None
         kept = self.composed.get(key) if key is not None else None
         if kept is not None and key is not None:
             region[...] = kept
@@ -192,9 +214,9 @@ class ArtRole:
                 if key in self.composed:
                     self.composed.move_to_end(key)
             return
-        for sprite, fade in ((self.head(previous, closed, viseme, look), 1.0),
-                             (self.head(expression, closed, viseme, look), blend)) \
-                if blend < 1.0 else ((self.head(expression, closed, viseme, look), 1.0),):
+        for sprite, fade in ((self.head(previous, closed, viseme, gaze), 1.0),
+                             (self.head(expression, closed, viseme, gaze), blend)) \
+                if blend < 1.0 else ((self.head(expression, closed, viseme, gaze), 1.0),):
             _clipped(sprite, cx0, cy0, cx1, cy1, w, h).paste(region, fade)
         if key is not None:
             with self._lock:
@@ -225,6 +247,19 @@ def _scaled(avatar: Avatar, width: int, height: int) -> tuple[Layers, Layers, La
         while len(_SCALED) > 8:
             _SCALED.popitem(last=False)
     return scaled  # type: ignore[return-value]
+
+
+def _swept(box: Box, centre: tuple[float, float], degrees: float) -> Box:
+    """``box`` grown to take in itself turned up to ``degrees`` either way about ``centre``."""
+    x0, y0, x1, y1 = box
+    xs, ys = [float(x0), float(x1)], [float(y0), float(y1)]
+    for sign in (-1, 1):
+        a = math.radians(sign * degrees)
+        for x, y in ((x0, y0), (x1, y0), (x0, y1), (x1, y1)):
+            u, v = x - centre[0], y - centre[1]
+            xs.append(centre[0] + u * math.cos(a) + v * math.sin(a))
+            ys.append(centre[1] - u * math.sin(a) + v * math.cos(a))
+    return math.floor(min(xs)), math.floor(min(ys)), math.ceil(max(xs)) + 1, math.ceil(max(ys)) + 1
 
 
 def _moved(layer: Image.Image, dx: int) -> Image.Image:

@@ -501,7 +501,7 @@ class StageRenderer(StageDrawer):
             art = scene.art[i]
             if art is not None:
                 art.draw(out, lit, d, expression, previous, blend, closed, st.viseme if st else "sil",
-                         round(gaze / GAZE_STEPS * scene.turn), round(nod * scene.nod), art.look(gaze))
+                         round(gaze / GAZE_STEPS * scene.turn), round(nod * scene.nod), gaze)
                 continue
             out[ty0:ty1, tx0:tx1] = scene.tiles[i][lit][d + amp]
             # The head turns and nods: its features move with it (the mouth never moves by itself).

@@ -4,6 +4,7 @@ mouth, an image-art role is drawn the same on every path, and a run's art is pin
 from __future__ import annotations
 
 import dataclasses
+import math
 import shutil
 from pathlib import Path
 
@@ -74,6 +75,9 @@ def _copy(tmp_path: Path) -> Path:
     (lambda f: (f / "avatar.toml").write_text((f / "avatar.toml").read_text().replace("pupil_travel = 7",
                                                                                       "pupil_travel = 90")),
      "pupil_travel must be a whole number of pixels from 0 to 50, not 90"),
+    (lambda f: (f / "avatar.toml").write_text((f / "avatar.toml").read_text().replace("pupil_travel = 7",
+                                                                                      "head_tilt = 30")),
+     "head_tilt must be a number of degrees from 0 to 15, not 30"),
 ])
 def test_a_bad_folder_is_one_line_naming_the_file(tmp_path: Path, breaks: object, needle: str) -> None:
     folder = _copy(tmp_path)
@@ -119,26 +123,64 @@ def test_the_pupils_look_aside_inside_the_eyes() -> None:
     from actors.backends.avatar_stage import ArtRole
     from actors.backends.protocols import GAZE_STEPS
 
-    avatar = check(SAMPLE)
+    avatar = dataclasses.replace(check(SAMPLE), head_tilt=0.0)  # the eyes alone (the lean: below)
     bg = Image.new("RGBA", (640, 360), (20, 20, 40, 255))
     art = ArtRole(avatar, bg, 320, 25, 290, 320.0, 2, lambda a: a)
     full = art.look(GAZE_STEPS)
     assert full == round(avatar.pupil_travel * art.scale) > 0 and art.look(-GAZE_STEPS) == -full
 
-    def pupil_x(look: int) -> float:  # the pupils' colour (blue over red; the outlines are brown)
-        rgb = art.head("neutral", False, "sil", look).rgb.astype(int)
+    def pupil_x(gaze: int) -> float:  # the pupils' colour (blue over red; the outlines are brown)
+        rgb = art.head("neutral", False, "sil", gaze).rgb.astype(int)
         ys, xs = np.nonzero(rgb[..., 2] > rgb[..., 0] + 15)
         return float(xs.mean())
 
-    left, middle, right = pupil_x(-full), pupil_x(0), pupil_x(full)
+    left, middle, right = pupil_x(-GAZE_STEPS), pupil_x(0), pupil_x(GAZE_STEPS)
     assert left < middle < right and abs((right - left) - 2 * full) <= 1.5
     # Only the eyes change: the head, mouth and outline are where they were.
     hx0, hy0, hx1, hy1 = art.head_box
     eyes = np.array(art.layers["eyes_open"])[hy0:hy1, hx0:hx1, 3] > 0
-    changed = (art.head("neutral", False, "sil", full).rgb != art.head("neutral", False, "sil", 0).rgb).any(axis=2)
+    turned, ahead = art.head("neutral", False, "sil", GAZE_STEPS).rgb, art.head("neutral", False, "sil", 0).rgb
+    changed = (turned != ahead).any(axis=2)
     assert changed.any() and not (changed & ~eyes).any()
     # Closed eyes have no pupils to move.
-    assert (art.head("happy", True, "aa", full).rgb == art.head("happy", True, "aa", -full).rgb).all()
+    assert (art.head("happy", True, "aa", GAZE_STEPS).rgb == art.head("happy", True, "aa", -GAZE_STEPS).rgb).all()
+
+
+def test_the_head_leans_about_its_anchor_toward_where_it_looks() -> None:
+    from actors.backends.avatar_stage import ArtRole
+    from actors.backends.protocols import GAZE_STEPS
+
+    avatar = check(SAMPLE)
+    assert avatar.head_tilt == 4.0 and avatar.head_anchor == (200, 330)  # the chin
+    bg = Image.new("RGBA", (1280, 720), (20, 20, 40, 255))
+    art = ArtRole(avatar, bg, 640, 50, 580, 426.0, 3, lambda a: a)
+    ay = round(art.anchor[1] - art.head_box[1])
+
+    def centre(gaze: int) -> tuple[float, float]:  # of its opaque pixels
+        ys, xs = np.nonzero(art.head("neutral", False, "sil", gaze).solid[..., 0])
+        return float(xs.mean()), float(ys.mean())
+
+    # It leans toward the look by 4 degrees about the chin: turning every pixel, it turns their
+    # centre, which lies h rows above the chin, h sin 4 degrees sideways (about another point, as
+    # far as that point is below it).
+    (x0, y0), (right, _), (left, _) = centre(0), centre(GAZE_STEPS), centre(-GAZE_STEPS)
+    lean = (ay - y0) * math.sin(math.radians(4.0))
+    assert lean > 5 and abs((right - x0) - lean) < 0.15 * lean and abs((x0 - left) - lean) < 0.15 * lean
+    # Every lean fits the head's box: nothing cut off at its edges.
+    for gaze in range(-GAZE_STEPS, GAZE_STEPS + 1):
+        solid = art.head("surprised", False, "aa", gaze).solid[..., 0]
+        assert not (solid[0].any() or solid[-1].any() or solid[:, 0].any() or solid[:, -1].any())
+
+
+def test_a_head_that_does_not_lean(tmp_path: Path) -> None:
+    from actors.backends.avatar_stage import ArtRole
+    from actors.backends.protocols import GAZE_STEPS
+
+    folder = _copy(tmp_path)
+    manifest = folder / "avatar.toml"
+    manifest.write_text(manifest.read_text().replace("pupil_travel = 7", "pupil_travel = 0\nhead_tilt = 0"))
+    art = ArtRole(check(folder), Image.new("RGBA", (640, 360)), 320, 25, 290, 320.0, 2, lambda a: a)
+    assert (art.head("neutral", False, "sil", GAZE_STEPS).rgb == art.head("neutral", False, "sil", 0).rgb).all()
 
 
 def test_an_avatar_without_pupils_keeps_its_eyes_still(tmp_path: Path) -> None:

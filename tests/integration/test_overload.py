@@ -92,10 +92,14 @@ async def test_a_slow_renderer_steps_the_resolution_down_and_back_up(nats_server
     after = [w for w in windows if down["t_ms"] + 1000 < w.window_end_ms <= SLOW_UNTIL_S * 1000]
     assert lost(after) < lost(before), (before, after)
     frames = [e for e in read_events(engine, result.run, ["frame.rendered"])]
-    slow = [f for f in frames if down["t_ms"] + 500 < f.t_ms < SLOW_UNTIL_S * 1000]  # type: ignore[attr-defined]
+    # The renderer takes the change when it arrives, once 480p's sprites are built (ahead, while
+    # 720p frames go on): on a loaded machine that can be a second or more after the decision.
+    switched = min(f.t_ms for f in frames if f.resolution == "480p")  # type: ignore[attr-defined]
+    assert down["t_ms"] <= switched <= down["t_ms"] + 3000, (down, switched)
+    slow = [f for f in frames if switched <= f.t_ms < SLOW_UNTIL_S * 1000]  # type: ignore[attr-defined]
     early = [f for f in frames if f.t_ms <= down["t_ms"]]  # type: ignore[attr-defined]
-    assert median([f.late_ms for f in slow]) < median([f.late_ms for f in early])  # type: ignore[attr-defined]
-    assert {f.resolution for f in slow} == {"480p"}  # type: ignore[attr-defined]
+    assert slow and median([f.late_ms for f in slow]) < median([f.late_ms for f in early])  # type: ignore[attr-defined]
+    assert {f.resolution for f in slow} == {"480p"}, (down, switched)  # type: ignore[attr-defined]
     # The audio never stutters: the MP4 holds the speech exactly where lipsync placed it.
     recorded = read_events(engine, result.run, ["audio.chunk", "viseme.track"])
     got = audio_energy_per_frame(str(result.mp4))

@@ -364,6 +364,7 @@ class Director(ClockedActor):
             text=event.text, danmaku=(event.id, *waiting.attached), routed_by=routed_by,
             priority=_priority(spec.weight, event.kind, settings.interrupt_priority, d.urgent),
             deadline_ms=now + settings.cue_deadline_ms, max_sentences=sentences, heard_ms=d.candidate.arrival_ms,
+            gift=event.kind == "gift",
         )
         opener = self._opener(state, spec, cue)
         said: list[Event] = []
@@ -398,7 +399,7 @@ class Director(ClockedActor):
         if settings.openers == "off" or (spec.llm_backend or settings.llm_backend) == "scripted":
             return None
         persona = Persona(spec.id, spec.name, spec.persona, spec.language, spec.keywords, spec.llm_adapter)
-        prompt = Prompt(cue_id=cue.id, user=cue.user, text=cue.text, seed=state.run.seed)
+        prompt = Prompt(cue_id=cue.id, user=cue.user, text=cue.text, seed=state.run.seed, gift=cue.gift)
         recent = state.openers.setdefault(spec.id, deque(maxlen=OPENERS_KEPT))
         opener = _SCRIPTED.opener(persona, prompt, avoid=tuple(recent), choices=spec.llm_openers)
         recent.append(str(opener))

@@ -384,7 +384,8 @@ class LLMActor(ScheduledActor):
             limit = 64  # said word for word, whole
         context = tuple(f"{_name(show, who)}: {text}" for _, who, text in self._spoken.get(event.run, ()))
         prompt = Prompt(cue_id=event.id, user=event.user, text=event.text, seed=ctx.run.seed, context=context,
-                        max_sentences=limit, cast=tuple(r.name for r in show.roles), **self._own_line(event, show))
+                        max_sentences=limit, cast=tuple(r.name for r in show.roles), gift=event.gift,
+                        **self._own_line(event, show))
         writer = self.writer_for(role)
         scripted = self._built("scripted", None)
         if not event.verbatim and not event.self_driven and scripted.is_injection(event.text):  # type: ignore[attr-defined]

@@ -35,6 +35,7 @@ class CueIssued(Event):
     # director sends it to TTS as the reply's chunk 0 with the cue ("" for none: an instant
     # writer, a line of the show's own, openers off); the writer goes on from it.
     opener: str = ""
+    gift: bool = False        # the viewer sent a gift (``text`` is its message): the reply thanks them
 
     @property
     def self_driven(self) -> bool:

@@ -299,3 +299,28 @@ def test_a_gift_makes_the_thanked_role_happy_with_a_model_or_the_scripted_writer
     said = [e for e in scripted.handle(dataclasses.replace(cue_, opener=""), ctx(100, RUN))
             if isinstance(e, UtteranceChunk)]
     assert said and all(c.emotion == "happy" for c in said)
+
+
+def test_a_gift_is_thanked_whatever_its_message_says() -> None:
+    """A gift's message need not name the gift ("thanks for the stream"): the cue says it is one,
+    and the opener, the scripted reply and a model's prompt all thank the viewer."""
+    from actors.backends.protocols import Persona, Prompt
+    from actors.backends.text import chat_messages
+
+    gift = DanmakuReceived(id="g2", run="r1", text="thanks for the stream", user="bob", kind="gift")
+    cue_, opener = director().handle(gift, ctx(100, RUN))[:2]
+    assert isinstance(cue_, CueIssued) and cue_.gift and cue_.text == "thanks for the stream"
+    assert isinstance(opener, UtteranceChunk) and opener.emotion == "happy" and "bob" in opener.text
+    plain = DanmakuReceived(id="c2", run="r1", text="thanks for the stream", user="bob")
+    assert not next(e for e in director().handle(plain, ctx(100, RUN)) if isinstance(e, CueIssued)).gift
+    scripted = LLMActor(load_settings(environ={}))
+    scripted.handle(ThrottleChanged(id="t", run="r1", window_tokens=400, reason="test"), ctx(0, RUN))
+    said = [e for e in scripted.handle(dataclasses.replace(cue_, opener=""), ctx(100, RUN))
+            if isinstance(e, UtteranceChunk)]
+    assert said and all(c.emotion == "happy" for c in said)
+    persona = Persona("host", "Mika", "a cheerful host", "en")
+    system, user = chat_messages(persona, Prompt(cue_id="c", user="bob", text="thanks for the stream", gift=True))
+    assert "bob just sent you a gift" in system["content"] and "Thank bob" in system["content"]
+    assert user["content"].startswith("bob sent you a gift with the message: thanks for the stream")
+    _, bare = chat_messages(persona, Prompt(cue_id="c", user="bob", text="", gift=True))
+    assert bare["content"].startswith("bob sent you a gift\n")

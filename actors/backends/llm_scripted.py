@@ -330,6 +330,8 @@ class ScriptedLLM(ReplyWriter):
         doc = _doc(_UNSAFE.sub("", prompt.text))
         if _is_injection(doc):
             return "deflect"
+        if prompt.gift:
+            return "gift"
         theme, _ = _pick_theme(_doc(_UNSAFE.sub("", prompt.text)[:_SCAN_CHARS]), persona.keywords, prompt.merged)
         if theme in TOPIC_THEMES:
             return "question" if _is_question(doc) else "generic"
@@ -380,6 +382,8 @@ class ScriptedLLM(ReplyWriter):
         head = text[:_SCAN_CHARS]
         if _is_injection(doc):
             theme, keyword = "deflect", ""
+        elif prompt.gift:
+            theme, keyword = "gift", ""
         else:
             head_doc = doc if head == text else _doc(head)
             theme, keyword = _pick_theme(head_doc, persona.keywords, prompt.merged)

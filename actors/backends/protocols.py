@@ -85,6 +85,8 @@ class Prompt:
     cast: tuple[str, ...] = ()
     # What the role has already said of this reply (an opener, spoken while the model writes).
     opener: str = ""
+    # The viewer sent a gift, and ``text`` is the message that came with it: the reply thanks them.
+    gift: bool = False
 
 
 class Sentence(str):

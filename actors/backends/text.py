@@ -47,6 +47,7 @@ _SELF_TALK = re.compile(
     re.IGNORECASE)
 LANGUAGE_SHARE = 0.5  # a sentence of a Chinese role is at least this share Chinese (words and characters)
 MAX_UNSAID = 2  # sentences a model may write in a row that are not said before its reply ends
+MIN_COPIED = 16  # letters (and characters) of a stage line a sentence must hold to count as its copy
 
 
 # Stop sequences for the model itself: a new turn in its chat format.
@@ -109,8 +110,16 @@ def chat_messages(persona: Persona, prompt: Prompt) -> list[dict[str, str]]:
     system = _system(persona, prompt, f"Answer the viewer in at most {max(1, prompt.max_sentences)} short "
                      "sentences, friendly and in character.")
     asker = prompt.user or "a viewer"
-    many = f" ({prompt.merged} viewers said this)" if prompt.merged > 1 else ""
     reminder = _LANGUAGE_REMINDER.get(persona.language, _LANGUAGE_REMINDER["en"])
+    if prompt.gift:  # thanked first, then what came with the gift
+        system = _system(persona, prompt, f"{asker} just sent you a gift. Thank {asker} warmly by name, and "
+                         f"answer their message if it has one, in at most {max(1, prompt.max_sentences)} short "
+                         "sentences, in character.")
+        many = f" ({prompt.merged} viewers sent gifts)" if prompt.merged > 1 else ""
+        said = f" with the message: {prompt.text}" if prompt.text.strip() else ""
+        return [{"role": "system", "content": system},
+                {"role": "user", "content": f"{asker}{many} sent you a gift{said}\n{reminder}"}]
+    many = f" ({prompt.merged} viewers said this)" if prompt.merged > 1 else ""
     return [{"role": "system", "content": system},
             {"role": "user", "content": f"{asker}{many}: {prompt.text}\n{reminder}"}]
 
@@ -365,6 +374,9 @@ def _unsayable(sentence: str, comment: str, hidden: str, heard: Sequence[str], t
         return True  # the model drifted into the viewer's language
     if any(similarity(sentence, line) > ECHO_SIMILARITY for line in heard if line):
         return True  # a line the stage already said (or the prompt's own words)
+    folded = _folded(sentence)
+    if len(folded) >= MIN_COPIED and any(folded in _folded(line) for line in heard if line):
+        return True  # a piece of one (quoted, or cut at its first clause)
     # the model repeating the question (before answering it, mostly)
     return bool(comment) and similarity(sentence, comment) > ECHO_SIMILARITY
 

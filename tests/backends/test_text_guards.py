@@ -84,6 +84,12 @@ def test_what_a_model_copies_from_its_prompt_is_not_said() -> None:
     stage = list(model_reply(pieces("This segment is brought to you by Pixel Forge. Anyway, hi!"), MIKA,
                              Prompt("c2", "ann", "hey", context=prompt.context, opener="Oh, hi ann!")))
     assert stage == ["Anyway, hi!"]  # the stage's line copied: not said again
+    quoted = list(model_reply(pieces('"This segment is brought to you by Pixel Forge: it is a great sponsor. Hi!'),
+                              MIKA, Prompt("c4", "ann", "hey", context=prompt.context)))
+    assert quoted == ["it is a great sponsor.", "Hi!"]  # a quoted piece of it, cut at its clause: not said
+    own = list(model_reply(pieces("Pixel Forge is brought to you by me."), MIKA,
+                           Prompt("c5", "ann", "hey", context=prompt.context)))
+    assert own == ["Pixel Forge is brought to you by me."]  # its words in a sentence of its own: said
     again = list(model_reply(pieces("Oh, hi Ann! Great to see you here."), MIKA,
                              Prompt("c3", "ann", "hey", opener="Oh, hi ann!")))
     assert again == ["Great to see you here."]  # the opener, already spoken, taken off the front

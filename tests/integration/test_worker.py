@@ -107,6 +107,9 @@ async def test_one_worker_serves_500_short_runs_without_growing(own_nats: Embedd
                 await publish_events(js, events)
                 begun = time.time()  # the runs' 400 ms of show time pass before they end
                 await wait_for(lambda b=begun: time.time() > b + 0.5, what="the runs' show time to pass")
+                # ... and their replies are spoken before they end (on a loaded machine the worker can
+                # be behind: a reply reaching TTS after its run was released is not spoken)
+                await wait_for(lambda: _no_pending(js), timeout_s=120, what=f"runs {wave}.. answered")
                 await publish_events(js, ends)
                 await wait_for(lambda: _no_pending(js), timeout_s=120, what=f"runs {wave}.. handled")
             await wait_for(lambda: _none_held(port), timeout_s=60, what="every run released")

@@ -45,6 +45,12 @@ _SELF_TALK = re.compile(
     r"|作为(?:一个|一名)?(?:AI|人工智能|语言模型|虚拟助手)(?!爱好|迷|粉|专家|研究|工程|学)"
     r"|我是(?:一个|一名)?(?:AI|人工智能|语言模型)(?!爱好|迷|粉|专家|研究|工程|学)|语言模型",
     re.IGNORECASE)
+# The model answering its prompt instead of the viewer: the language reminder ("I'm sorry, but
+# your response is not in English."), the message format.
+_META_TALK = re.compile(
+    r"\byour (?:response|answer|reply|message) (?:is|was|isn't|wasn't)\b"
+    r"|\b(?:respond|answer|reply|write)(?:ing)? (?:only )?in (?:english|chinese|mandarin)\b"
+    r"|\b(?:is|was|isn't|wasn't) not in (?:english|chinese|mandarin)\b", re.IGNORECASE)
 LANGUAGE_SHARE = 0.5  # a sentence of a Chinese role is at least this share Chinese (words and characters)
 MAX_UNSAID = 2  # sentences a model may write in a row that are not said before its reply ends
 MIN_COPIED = 16  # letters (and characters) of a stage line a sentence must hold to count as its copy
@@ -250,9 +256,10 @@ def in_language(sentence: str, language: str, names: Sequence[str] = ()) -> bool
 
 
 def steps_out(sentence: str, name: str = "") -> bool:
-    """Whether a sentence has the model step out of its role: talking about itself as a model, or
-    reciting its instructions ("You are Rex, ...")."""
-    if _SELF_TALK.search(sentence):
+    """Whether a sentence has the model step out of its role: talking about itself as a model,
+    reciting its instructions ("You are Rex, ..."), or answering them instead of the viewer
+    ("your response is not in English")."""
+    if _SELF_TALK.search(sentence) or _META_TALK.search(sentence):
         return True
     return bool(name) and re.search(rf"\byou are {re.escape(name)}\b|你是{re.escape(name)}", sentence, re.IGNORECASE) is not None
 

@@ -120,6 +120,16 @@ def test_a_sentence_where_the_model_steps_out_of_its_role_is_not_said() -> None:
     assert not steps_out("You are awesome, Rex fans!", "Rex") and steps_out("I am an AI, so no.")
 
 
+def test_a_model_answering_its_prompt_instead_of_the_viewer_is_not_said() -> None:
+    from actors.backends.text import steps_out
+
+    for meta in ("I'm sorry, but your response is not in English.", "Your message was not in English!",
+                 "I will answer in English from now on.", "Please write in Chinese."):
+        assert steps_out(meta, "Rex"), meta
+    for fine in ("I learned to code in English class.", "Your answer made my day!", "That song is not in my list."):
+        assert not steps_out(fine, "Rex"), fine
+
+
 def test_a_model_that_writes_sentences_not_to_be_said_is_stopped_after_a_few() -> None:
     from actors.backends.text import MAX_UNSAID, model_reply
 

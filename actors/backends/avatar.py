@@ -49,7 +49,7 @@ OPTIONAL_LAYERS = ("pupils",)  # drawn over eyes_open, clipped to it, moved as t
 MOUTHS = ("rest", "A", "I", "U", "E", "O", "MBP", "FV", "L", "WQ")
 EXPRESSIONS = ("happy", "sad", "angry", "surprised", "thinking")  # neutral: no overlay
 MAX_SIDE = 4096
-MAX_TILT = 15  # degrees
+MAX_TILT, DEFAULT_TILT = 15, 4  # degrees a head leans at the fullest look: at most, unless the manifest says
 # The 15 visemes onto the common VTuber mouth sets (the Japanese vowels A I U E O with a rest
 # shape, and Preston Blair's MBP, FV, L, WQ): each viseme's mouths in order of preference; the
 # first the folder has is drawn (rest and A are always there).
@@ -76,7 +76,7 @@ class Avatar:
     mouths: Mapping[str, Image.Image]        # by mouth name (those the folder has)
     expressions: Mapping[str, Image.Image] = field(default_factory=dict)
     pupil_travel: int = 0  # pixels the pupils layer moves at the fullest look (0: it has none)
-    head_tilt: float = 4.0  # degrees the head leans about head_anchor toward where it looks, at the fullest look
+    head_tilt: float = DEFAULT_TILT  # degrees the head leans about head_anchor toward where it looks, at the fullest look
 
     def mouth(self, viseme: str) -> Image.Image:
         """The mouth drawn for a viseme (its first fallback the folder has)."""
@@ -126,7 +126,7 @@ def check(folder: str | Path) -> Avatar:
         raise AvatarError(f"{manifest}: unknown expression {unknown[0]!r}; one of {', '.join(EXPRESSIONS)}")
     expressions = {name: _image(root, file, f"expressions.{name}", size, manifest)
                    for name, file in expression_files.items()}
-    tilt = doc.get("head_tilt", 4)
+    tilt = doc.get("head_tilt", DEFAULT_TILT)
     if not (isinstance(tilt, int | float) and not isinstance(tilt, bool) and 0 <= tilt <= MAX_TILT):
         raise AvatarError(f"{manifest}: head_tilt must be a number of degrees from 0 to {MAX_TILT}, not {tilt!r}")
     return Avatar(root, size, anchor, layers, mouths, expressions, travel if "pupils" in layers else 0, float(tilt))

@@ -193,6 +193,22 @@ def _theme_of(term: _Term) -> str:
     return "generic"
 
 
+def _read(prompt: Prompt, keywords: Sequence[str]) -> tuple[_Doc, str, str, str]:
+    """A comment read for its reply: the whole of it, its opening, its theme and the persona
+    keyword it matched. Themes and topics come from the opening only (it is what the viewer leads
+    with, and it bounds the cost); the injection check always reads the whole comment; a gift is
+    thanked whatever its message says."""
+    text = _UNSAFE.sub("", prompt.text)
+    doc = _doc(text)
+    head = text[:_SCAN_CHARS]
+    if _is_injection(doc):
+        return doc, head, "deflect", ""
+    if prompt.gift:
+        return doc, head, "gift", ""
+    theme, keyword = _pick_theme(doc if head == text else _doc(head), keywords, prompt.merged)
+    return doc, head, theme, keyword
+
+
 def _pick_theme(doc: _Doc, keywords: Sequence[str], merged: int) -> tuple[str, str]:
     """Choose (theme, matched persona keyword or "") by simple keyword detection."""
     if merged > 1:
@@ -327,12 +343,7 @@ class ScriptedLLM(ReplyWriter):
         return Sentence(rng.choice(fresh), last=False, emotion=THEME_EMOTIONS.get(theme))
 
     def _theme(self, persona: Persona, prompt: Prompt) -> str:
-        doc = _doc(_UNSAFE.sub("", prompt.text))
-        if _is_injection(doc):
-            return "deflect"
-        if prompt.gift:
-            return "gift"
-        theme, _ = _pick_theme(_doc(_UNSAFE.sub("", prompt.text)[:_SCAN_CHARS]), persona.keywords, prompt.merged)
+        doc, _, theme, _ = _read(prompt, persona.keywords)
         if theme in TOPIC_THEMES:
             return "question" if _is_question(doc) else "generic"
         return theme
@@ -375,18 +386,7 @@ class ScriptedLLM(ReplyWriter):
         # processes (unlike the salted built-in hash()).
         seed = self._seed if prompt.seed is None else prompt.seed
         rng = random.Random(f"{seed}:{persona.role}:{prompt.cue_id}")
-        text = _UNSAFE.sub("", prompt.text)
-        doc = _doc(text)
-        # Themes and topics come from the opening only (it is what the viewer leads with,
-        # and it bounds the cost); the injection check always reads the whole comment.
-        head = text[:_SCAN_CHARS]
-        if _is_injection(doc):
-            theme, keyword = "deflect", ""
-        elif prompt.gift:
-            theme, keyword = "gift", ""
-        else:
-            head_doc = doc if head == text else _doc(head)
-            theme, keyword = _pick_theme(head_doc, persona.keywords, prompt.merged)
+        _, head, theme, keyword = _read(prompt, persona.keywords)
 
         user = _clean(prompt.user, MAX_NAME_CHARS)
         if not user or _is_injection(_doc(user)):

@@ -21,20 +21,39 @@ from actors.backends.protocols import Persona, Prompt, Sentence
 from actors.base import ClockedActor, Context
 from actors.floor import ShowFloor, held_back
 from events.base import Event, derive_id
-from events.cue import ControlApplied, CueIssued, CueMerged, SegmentStarted, StagePaced
+from events.cue import (
+    ControlApplied,
+    CueIssued,
+    CueMerged,
+    FloorFollowed,
+    SegmentStarted,
+    StagePaced,
+)
 from events.danmaku import (
     DanmakuReceived,
     DanmakuRejected,
     DanmakuSkipped,
     OperatorControl,
     RolePaceMeasured,
+    SpeechPlaced,
+    viewer_problem,
 )
 from events.run import RunEnded, RunStarted
 from events.show import RoleSpec, Show, blocked, show_from_dict
 from events.utterance import UtteranceChunk, UtteranceDropped
 from infra.settings import Settings, for_run
+from schedulers.choice import GREETING, comment_kind
 from schedulers.pace import Pace, paced
-from schedulers.stage import ADDRESSED, COMMENT, GIFT, MODERATOR, Decision, StagePlan, StagePolicy
+from schedulers.stage import (
+    ADDRESSED,
+    COMMENT,
+    GIFT,
+    MODERATOR,
+    RISK_MARGIN_MS,
+    Decision,
+    StagePlan,
+    StagePolicy,
+)
 
 KINDS = ("comment", "gift", "moderator")
 MAX_USER_CHARS = 64
@@ -114,7 +133,7 @@ class _Recent:
     t_ms: int
     until_ms: int  # the reply's estimated end: a repeat before it is answered by the same reply
     kind: str = "comment"
-    user: str = ""
+    user: str = ""      # the viewer as the stage tells them apart (DanmakuReceived.who)
     start_ms: int = 0   # the reply's estimated start: before it, a newer comment of its viewer supersedes it
     role: str = ""
     cls: int = COMMENT
@@ -126,6 +145,7 @@ class _Waiting:
     event: DanmakuReceived
     key: str
     attached: dict[str, DanmakuReceived] = field(default_factory=dict)
+    greeting: str | None = None   # a bare greeting: the role it greets ("" for the room); else None
 
 
 @dataclass(slots=True)
@@ -148,12 +168,13 @@ class Director(ClockedActor):
     """Turns danmaku into cues: which role answers what."""
 
     name = "director"
-    consumes = (DanmakuReceived, OperatorControl, RolePaceMeasured, RunStarted, RunEnded)
+    consumes = (DanmakuReceived, OperatorControl, RolePaceMeasured, SpeechPlaced, RunStarted, RunEnded)
     emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, SegmentStarted, ControlApplied, StagePaced,
-             UtteranceChunk, UtteranceDropped)
+             FloorFollowed, UtteranceChunk, UtteranceDropped)
     accepts_unknown_runs = True
     takes_over = True
-    clock_marks = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, SegmentStarted, ControlApplied, StagePaced)
+    clock_marks = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, SegmentStarted, ControlApplied, StagePaced,
+                   FloorFollowed)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -164,9 +185,11 @@ class Director(ClockedActor):
         state = self._runs.get(ctx.run.run)
         if state is None:
             settings = for_run(self.settings, ctx.run.config)
-            policy = StagePolicy(backlog_ms=settings.stage_backlog_ms)
+            policy = StagePolicy(backlog_ms=settings.stage_backlog_ms, pause_ms=settings.reply_pause_ms,
+                                 deck_ms=settings.deck_ms)
             show = show_from_dict(ctx.run.show)
             plan = StagePlan(policy, ctx.run.duration_ms)
+            plan.weights = {r.id: r.weight for r in show.roles}
             state = _RunState(ctx.run, show, settings, plan, ShowFloor(ctx.run, show, settings, plan), base=policy)
             self._runs[ctx.run.run] = state
         return state
@@ -233,7 +256,20 @@ class Director(ClockedActor):
             out += self._take(event, ctx)
         elif isinstance(event, RolePaceMeasured):
             out += self._paced(state, event, ctx.now_ms)
+        elif isinstance(event, SpeechPlaced):
+            out += self._placed(state, event, ctx.now_ms)
         return out
+
+    @staticmethod
+    def _placed(state: _RunState, event: SpeechPlaced, now: int) -> list[Event]:
+        """Where a reply's speech was placed: the floor is planned from it from now on.  Said every
+        time, with when it was taken in (re-execution hands the placement over at that moment)."""
+        state.plan.placed(event.utterance, event.start_ms, event.end_ms, event.done, event.floor_ms, now)
+        return [FloorFollowed(
+            id=event.derive("floor"), run=event.run, role=event.role, causation=event.id, correlation=event.correlation,
+            t_ms=now, utterance=event.utterance, start_ms=event.start_ms, end_ms=event.end_ms, done=event.done,
+            free_ms=state.plan.floor_free_ms, ahead_ms=state.plan.policy.ahead_ms, heard_ms=now,
+        )]
 
     def _paced(self, state: _RunState, event: RolePaceMeasured, now: int) -> list[Event]:
         """A role's measured pace: the floor is planned from it from now on (said with its reason
@@ -293,8 +329,11 @@ class Director(ClockedActor):
                 id=event.derive("skipped"), run=event.run, causation=event.id, correlation=event.id, t_ms=now,
                 reason="on_hold", detail=SKIP_DETAIL["on_hold"], user=event.user, text=event.text, heard_ms=now,
             )]
+        kind = comment_kind(event.text)
+        addressee = self._addressee(state, event)
+        greeting = (addressee[0] if addressee else "") if kind == GREETING and event.kind == "comment" else None
         if event.kind != "moderator":  # a repeated comment (or gift) is answered once
-            waiting = self._waiting_duplicate(state, key) if event.kind == "comment" else None
+            waiting = self._waiting_duplicate(state, key, greeting) if event.kind == "comment" else None
             if waiting is not None:  # answered (or let go) together with the comment it repeats
                 waiting.attached[event.id] = event
                 state.plan.attach(waiting.event.id, event.id)
@@ -305,26 +344,67 @@ class Director(ClockedActor):
                     id=event.derive("merged"), run=event.run, role=None, causation=event.id,
                     correlation=event.id, t_ms=now, cue=merged, user=event.user, text=event.text, heard_ms=now,
                 )]
-        superseded = self._supersede(state, event, now)
-        state.waiting[event.id] = _Waiting(event, key)
-        return superseded + self._outcomes(state, state.plan.add(event.id, self._class(state, event), event.user, now))
+        superseded = (self._supersede(state, event, now) + self._yield_own(state, event, now)
+                      + self._make_room(state, event, now))
+        state.waiting[event.id] = _Waiting(event, key, greeting=greeting)
+        role = addressee[0] if addressee else _keyword_role(state, event) or ""
+        return superseded + self._outcomes(state, state.plan.add(event.id, self._class(state, event), event.who, now,
+                                                                 kind, role))
 
     def _supersede(self, state: _RunState, event: DanmakuReceived, now: int) -> list[Event]:
         """A viewer writes again before the reply asked for (early, while the floor was busy) to their
         last comment is estimated to start: that reply is dropped, and the newer comment waits
         (unless the older one mattered more: addressed, and the newer is not)."""
-        if event.kind != "comment" or not event.user:
+        if event.kind != "comment" or not event.who:
             return []
         cls = self._class(state, event)
         for recent in reversed(state.recent):
-            if (recent.user == event.user and recent.kind == "comment" and not recent.dropped
+            if (recent.user == event.who and recent.kind == "comment" and not recent.dropped
                     and cls <= recent.cls and recent.start_ms - SUPERSEDE_MARGIN_MS > now):
                 recent.dropped = True
-                state.plan.shorten(now, recent.until_ms - recent.start_ms)
+                state.plan.drop(recent.cue, now)
                 return [UtteranceDropped(
                     id=event.derive("superseded"), run=event.run, role=recent.role, causation=event.id,
                     correlation=event.id, t_ms=now, utterance=recent.cue,
                     reason=f"superseded: {event.user[:MAX_USER_CHARS]} wrote again before the reply was spoken",
+                )]
+        return []
+
+    @staticmethod
+    def _yield_own(state: _RunState, event: DanmakuReceived, now: int) -> list[Event]:
+        """A comment comes while a line of the show's own waits on deck (asked for, estimated to
+        begin more than ``SUPERSEDE_MARGIN_MS`` from now): the line gives way, the comment waits in
+        its place.  Chat comes first."""
+        out: list[Event] = []
+        for speech in state.plan.on_deck_own(now + SUPERSEDE_MARGIN_MS):
+            state.plan.drop(speech.key, now)
+            out.append(UtteranceDropped(
+                id=event.derive(f"yield:{speech.key}"), run=event.run, role=speech.role or None, causation=event.id,
+                correlation=event.id, t_ms=now, utterance=speech.key,
+                reason="yielded: a comment came before the show's own line began",
+            ))
+        return out
+
+    def _make_room(self, state: _RunState, event: DanmakuReceived, now: int) -> list[Event]:
+        """A comment addressed to a role comes while a reply to a lesser comment waits on deck (asked
+        for, estimated to begin more than ``SUPERSEDE_MARGIN_MS`` from now), and it could not be on
+        air within its wait limit behind that reply: the reply gives way (the last asked first), so
+        that a viewer who named a role is not let go while an unaddressed remark is spoken."""
+        cls = self._class(state, event)
+        if event.kind != "comment" or cls != ADDRESSED:
+            return []
+        plan = state.plan
+        if plan.floor_free_ms - now <= plan.policy.wait_ms[cls] - RISK_MARGIN_MS:
+            return []  # it can wait its turn
+        for recent in reversed(state.recent):
+            if (recent.kind == "comment" and not recent.dropped and recent.cls > cls
+                    and plan.begins(recent.cue) - SUPERSEDE_MARGIN_MS > now):
+                recent.dropped = True
+                plan.drop(recent.cue, now)
+                return [UtteranceDropped(
+                    id=event.derive("room"), run=event.run, role=recent.role or None, causation=event.id,
+                    correlation=event.id, t_ms=now, utterance=recent.cue,
+                    reason="yielded: a comment addressed to a role came before the reply began",
                 )]
         return []
 
@@ -356,15 +436,17 @@ class Director(ClockedActor):
         assert spec is not None
         settings = state.settings
         sentences = min(d.sentences, state.caps.get(role, d.sentences))
+        cue_id = event.derive("cue")
+        state.plan.rekey(d.candidate.key, cue_id, role)
         if sentences < d.sentences:  # the role's writer is slow: a shorter reply, the floor frees sooner
-            state.plan.shorten(now, (d.sentences - sentences) * state.plan.policy.sentence_ms, d.urgent)
+            state.plan.shorten(cue_id, (d.sentences - sentences) * state.plan.policy.sentence_ms, now)
         cue = CueIssued(
-            id=event.derive("cue"), run=event.run, role=role, causation=event.id,
+            id=cue_id, run=event.run, role=role, causation=event.id,
             correlation=event.id, t_ms=now, seq=state.floor.next_seq(), user=event.user,
             text=event.text, danmaku=(event.id, *waiting.attached), routed_by=routed_by,
             priority=_priority(spec.weight, event.kind, settings.interrupt_priority, d.urgent),
             deadline_ms=now + settings.cue_deadline_ms, max_sentences=sentences, heard_ms=d.candidate.arrival_ms,
-            gift=event.kind == "gift",
+            gift=event.kind == "gift", begins_ms=state.plan.begins(cue_id),
         )
         opener = self._opener(state, spec, cue)
         said: list[Event] = []
@@ -379,7 +461,7 @@ class Director(ClockedActor):
         start = max(now, state.busy_until.get(role, 0))
         state.busy_until[role] = start + speech
         state.floor.heard_reply(role, cue.id, now, speech)
-        state.recent.append(_Recent(waiting.key, cue.id, now, state.plan.floor_free_ms, event.kind, event.user,
+        state.recent.append(_Recent(waiting.key, cue.id, now, state.plan.floor_free_ms, event.kind, event.who,
                                     state.plan.floor_free_ms - speech, role, d.candidate.cls))
         merged = [CueMerged(
             id=e.derive("merged"), run=e.run, role=None, causation=e.id, correlation=e.id, t_ms=now,
@@ -425,6 +507,9 @@ class Director(ClockedActor):
             return "bad_user", f"the user name contains the control character {bad}"
         if len(event.user) > MAX_USER_CHARS:
             return "bad_user", f"user name over {MAX_USER_CHARS} characters"
+        bad = viewer_problem(event)
+        if bad is not None:
+            return "bad_viewer", bad
         if event.kind not in KINDS:
             return "bad_kind", f"kind {event.kind!r} is not one of {', '.join(KINDS)}"
         if event.to is not None and state.show.role(event.to) is None:
@@ -445,10 +530,13 @@ class Director(ClockedActor):
         return None
 
     @staticmethod
-    def _waiting_duplicate(state: _RunState, key: str) -> _Waiting | None:
+    def _waiting_duplicate(state: _RunState, key: str, greeting: str | None) -> _Waiting | None:
+        """The waiting comment this one repeats: nearly the same text, or (a bare greeting) a greeting
+        of the same role waiting already: the tenth "hi" is acknowledged with the first, in one line."""
         if state.settings.merge_window_ms <= 0:
             return None
-        return next((w for w in state.waiting.values() if _similar(key, w.key)), None)
+        return next((w for w in state.waiting.values()
+                     if _similar(key, w.key) or greeting is not None and w.greeting == greeting), None)
 
     @staticmethod
     def _addressee(state: _RunState, event: DanmakuReceived) -> tuple[str, str] | None:
@@ -473,15 +561,22 @@ class Director(ClockedActor):
             return addressed
         if event.kind == "moderator":  # the stage's voice of the house: the segment's lead answers
             return state.floor.rundown.segment.roles[0], "segment_lead"
-        folded = event.text.casefold()
-        words = set(_WORD.findall(folded))
-        scores = {r.id: sum(1 for k in r.keywords if _mentions(k.casefold(), folded, words)) for r in show.roles}
-        best = max(scores.values())
-        if best > 0:
-            return next(r.id for r in show.roles if scores[r.id] == best), "keyword"
+        keyword = _keyword_role(state, event)
+        if keyword is not None:
+            return keyword, "keyword"
         # The role whose last reply ended longest ago (one floor: spread the talk over the roles).
         least = min(show.roles, key=lambda r: (state.busy_until.get(r.id, 0), -r.weight))
         return least.id, "least_busy"
+
+
+def _keyword_role(state: _RunState, event: DanmakuReceived) -> str | None:
+    """The role whose persona keywords the comment names most (None: none of them)."""
+    show = state.show
+    folded = event.text.casefold()
+    words = set(_WORD.findall(folded))
+    scores = {r.id: sum(1 for k in r.keywords if _mentions(k.casefold(), folded, words)) for r in show.roles}
+    best = max(scores.values())
+    return next(r.id for r in show.roles if scores[r.id] == best) if best > 0 else None
 
 
 def _earliest(*dues: int | None) -> int | None:

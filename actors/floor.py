@@ -11,6 +11,9 @@ floor's schedule with the comments (``schedulers.stage.StagePlan``), and comes a
   spoken waits for that sentence at most); its priority is below any comment's, so the llm and
   tts queues never serve it first;
 - an operator's ``say`` goes before the comments, at the next free floor, never cutting anyone;
+- as the show ends, when the next turn would no longer fit, the roles say goodbye: their
+  ``signoff`` lines (else the stage's own, in the role's language), the longest that still ends
+  before the show does first, each once, until none fits;
 - ``hold`` stops the show's own turns (with ``all``, comments and gifts are let go too, with
   the reason ``on_hold``); ``resume`` starts them again.
 
@@ -34,6 +37,29 @@ from schedulers.stage import StagePlan
 
 SELF_PRIORITY = 0.25  # a turn of the show's: this times the role's weight, below every comment
 MAX_SAY_CHARS = 400
+SPARSE_GAP_MS = 6000  # a show with nothing to say of its own speaks less: its invitations this much apart
+# Goodbyes for roles whose show gives none, by language: short to long, so that the end of the
+# show is filled by the longest that fits.
+SIGNOFFS = {
+    "en": ("Bye for now!", "Thanks for watching, everyone!",
+           "That's all from us for now. Thanks for hanging out, and see you next time!",
+           "We're just about out of time. Thank you all for watching and chatting with us. "
+           "Take care, and see you at the next show!"),
+    "zh": ("拜拜！", "谢谢大家的陪伴！", "今天就到这里啦，谢谢大家，我们下次见！",
+           "时间差不多了，谢谢大家今天的陪伴和弹幕，好好休息，我们下次直播再见！"),
+}
+
+
+def signoffs(show: Show) -> tuple[tuple[str, str], ...]:
+    """Every goodbye the show's roles may say as it ends: (role, line)."""
+    return tuple((r.id, line) for r in show.roles
+                 for line in r.signoff or SIGNOFFS.get(r.language.split("-")[0].lower(), ()))
+
+
+def sparse(show: Show, settings: Settings) -> bool:
+    """Whether the show gives its roles nothing to say of their own (no material, no points) and
+    no role has a model to write it: then its own lines are few (invitations, verbatim lines)."""
+    return not show.has_material and all((r.llm_backend or settings.llm_backend) == "scripted" for r in show.roles)
 
 
 def segment_plans(show: Show) -> tuple[SegmentPlan, ...]:
@@ -54,7 +80,10 @@ class ShowFloor:
     def __init__(self, run: RunStarted, show: Show, settings: Settings, plan: StagePlan) -> None:
         self.run, self.show, self.settings, self.plan = run, show, settings, plan
         weights = {r.id: r.weight for r in show.roles}
-        self.rundown = Rundown(segment_plans(show), weights, RundownPolicy(banter_turns=settings.banter_turns))
+        self.sparse = sparse(show, settings)
+        self.rundown = Rundown(segment_plans(show), weights,
+                               RundownPolicy(banter_turns=settings.banter_turns, sparse=self.sparse),
+                               languages={r.id: r.language for r in show.roles})
         self.says: deque[tuple[OperatorControl, str]] = deque()
         self.held = settings.self_driven == "off"  # a show without its own turns: always held
         self.hold_all = False
@@ -63,6 +92,8 @@ class ShowFloor:
         self.turns = 0       # the show's own
         self.opened = False
         self.since_ms = 0    # the last control: nothing it allows is due before it
+        self.signoffs = signoffs(show)
+        self.signed_off: set[int] = set()  # the goodbyes said (their index in ``signoffs``)
 
     def next_seq(self) -> int:
         self.cues += 1
@@ -85,14 +116,30 @@ class ShowFloor:
         return due if due is not None and (not self.plan.end_ms or due < self.plan.end_ms) else None
 
     def _say_due(self) -> int | None:
-        return max(self.since_ms, self.plan.floor_free_ms - self.plan.policy.lead_ms) if self.says else None
+        return max(self.since_ms, self.plan.since_ms, self.plan.floor_free_ms - self.plan.policy.ahead_ms) if self.says else None
 
     def _own_due(self) -> int | None:
         if self.held or not self.opened or len(self.plan):
             return None
         policy = self.plan.policy
-        due = max(self.since_ms, self.plan.floor_free_ms - policy.pause_ms + self.settings.idle_gap_ms - policy.lead_ms)
-        return due if self.plan.fits(due, self._speech(self.rundown.next_turn())) else None
+        gap = self.settings.idle_gap_ms + (SPARSE_GAP_MS if self.sparse else 0)
+        due = max(self.since_ms, self.plan.since_ms, self.plan.floor_free_ms + gap - policy.ahead_ms)
+        if self.plan.fits(due, self._speech(self.rundown.next_turn())) or self._signoff(due) is not None:
+            return due
+        return None
+
+    def _signoff(self, now_ms: int) -> int | None:
+        """The goodbye to say now that the next turn no longer fits: the longest not yet said that
+        still ends before the show does, a role of the segment's first (None: none fits)."""
+        if not self.plan.end_ms:
+            return None
+        roles = self.rundown.segment.roles
+        fitting = [i for i, (role, line) in enumerate(self.signoffs)
+                   if i not in self.signed_off and self.plan.fits(now_ms, self.plan.policy.verbatim_ms(line))]
+        if not fitting:
+            return None
+        return max(fitting, key=lambda i: (self.plan.policy.verbatim_ms(self.signoffs[i][1]),
+                                           self.signoffs[i][0] in roles, -i))
 
     def _speech(self, turn: Turn) -> int:
         policy = self.plan.policy
@@ -120,7 +167,7 @@ class ShowFloor:
 
     def operator_at(self, now_ms: int) -> list[Event]:
         """An operator's line, when the floor is about to free (before any comment)."""
-        if self.closed or not self.says or self.plan.backlog_ms(now_ms) > self.plan.policy.lead_ms:
+        if self.closed or not self.says or self.plan.backlog_ms(now_ms) > self.plan.policy.ahead_ms:
             return []
         return self._say(now_ms)
 
@@ -133,6 +180,8 @@ class ShowFloor:
             return []
         self.rundown.forget_stale(now_ms)
         turn = self.rundown.next_turn()
+        if not self.plan.fits(own, self._speech(turn)) and (k := self._signoff(own)) is not None:
+            return self._goodbye(k, now_ms)  # as ``_own_due`` judged it
         cue = self._turn_cue(turn, now_ms)
         out: list[Event] = [cue]
         if turn.kind == LINE:
@@ -145,11 +194,23 @@ class ShowFloor:
         text = turn.text if turn.kind == LINE else segment.brief
         speech = self._speech(turn)
         cue_id = derive_id(self.run.run, f"turn{self.turns}")
-        self.plan.occupy(now_ms, speech)
+        self.plan.occupy(cue_id, now_ms, speech, turn.role, own=True)
         self.rundown.spoke(turn.role, cue_id, now_ms, speech, turn)
         return self._cue(cue_id, turn.role, text, now_ms, reason=turn.kind, segment=segment.title,
                          follows=turn.follows, addressee=turn.addressee, verbatim=turn.kind == LINE,
-                         turn=turn.turn, max_sentences=0 if turn.kind == LINE else 1)
+                         turn=turn.turn, max_sentences=0 if turn.kind == LINE else 1, point=turn.point,
+                         begins_ms=self.plan.begins(cue_id))
+
+    def _goodbye(self, k: int, now_ms: int) -> list[Event]:
+        """Goodbye ``k`` as the show ends (not given up for a comment: none would fit now)."""
+        self.signed_off.add(k)
+        role, line = self.signoffs[k]
+        speech = self.plan.policy.verbatim_ms(line)
+        cue_id = derive_id(self.run.run, f"signoff{k}")
+        self.plan.occupy(cue_id, now_ms, speech, role)
+        self.rundown.spoke(role, cue_id, now_ms, speech)
+        return [self._cue(cue_id, role, line, now_ms, reason="signoff", verbatim=True,
+                          segment=self.rundown.segment.title)]
 
     def _say(self, now_ms: int) -> list[Event]:
         control, role = self.says.popleft()
@@ -157,7 +218,7 @@ class ShowFloor:
         if not self.plan.fits(now_ms, speech):
             return [self._applied(control, now_ms, "not said: the show ends before the line could be")]
         cue_id = control.derive("say")
-        self.plan.occupy(now_ms, speech)
+        self.plan.occupy(cue_id, now_ms, speech, role)
         self.rundown.spoke(role, cue_id, now_ms, speech)
         return [self._cue(cue_id, role, control.text, now_ms, reason="say", verbatim=True, user=control.user,
                           causation=control.id, segment=self.rundown.segment.title, correlation=control.id)]
@@ -246,4 +307,4 @@ def held_back(floor: ShowFloor, kind: str) -> bool:
     return floor.hold_all and kind in ("comment", "gift")
 
 
-__all__: Sequence[str] = ("SELF_PRIORITY", "ShowFloor", "held_back", "segment_plans")
+__all__: Sequence[str] = ("SELF_PRIORITY", "SPARSE_GAP_MS", "ShowFloor", "held_back", "segment_plans", "sparse")

@@ -1,12 +1,17 @@
 """Lipsync actor: places speech on the show timeline and turns phonemes into visemes.
 
 The stage has one floor: an utterance keeps it from its first audio chunk to its
-last, and waiting utterances take it in the order their speech arrived.  Chunks
+last, and waiting utterances take it in the order their speech arrived, each one
+natural pause (``reply_pause_ms``) after the speech before it.  Chunks
 of one utterance are placed back to back, in (sentence, part) order, even when
 they arrive out of order.  A reply that could not start before its deadline is
 dropped whole, nothing is placed past the show's end, and an urgent reply (at the
 interrupt priority) takes the floor now: every reply on the timeline beyond this
 moment that is not urgent itself is cut where it is.
+
+Lipsync owns the show timeline, so it tells the director where each reply's speech
+went (``danmaku.placed``): when its first sentence is placed, and when nothing more
+of it will be.  The director plans the floor from that, not from estimates.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from actors.faces import Change, FacePlanner
 from actors.visemes import viseme_for
 from events.audio import AudioChunk
 from events.base import Event
+from events.danmaku import SpeechPlaced
 from events.run import RunStarted
 from events.show import show_from_dict
 from events.utterance import UtteranceDropped
@@ -77,6 +83,7 @@ class _Utterance:
     deadline_ms: int = 0                # its speech must start by then (0: no deadline)
     first_ms: int | None = None         # where its speech starts on the timeline
     starts: list[tuple[int, int]] = field(default_factory=list)  # (start ms, sentence) of its tracks
+    told_start: bool = False            # the director was told where its speech starts
 
 
 @dataclass(slots=True)
@@ -88,6 +95,9 @@ class _Stage:
     on_air: list[_Utterance] = field(default_factory=list)  # placed speech that may not be over yet
     faces: FacePlanner | None = None
     ease_ms: int = 0
+    pause_ms: int = 0                   # the pause between two replies (the run's reply_pause_ms)
+    pause_next: bool = True             # False: the floor was cut free, the next reply starts at once
+    untold: dict[str, _Utterance] = field(default_factory=dict)  # not told done to the director yet
 
 
 class LipsyncActor(Actor):
@@ -95,7 +105,7 @@ class LipsyncActor(Actor):
 
     name = "lipsync"
     consumes = (AudioChunk, UtteranceDropped)
-    emits = (VisemeTrack, VisemeCut, FaceChanged, UtteranceDropped)
+    emits = (VisemeTrack, VisemeCut, FaceChanged, UtteranceDropped, SpeechPlaced)
     takes_over = True
 
     def __init__(self, lead_ms: int = 0) -> None:
@@ -108,25 +118,55 @@ class LipsyncActor(Actor):
     def release(self, run: str) -> None:
         self._stages.pop(run, None)
 
+    def _stage(self, run: str, ctx: Context) -> _Stage:
+        stage = self._stages.get(run)
+        if stage is None:
+            pause = for_run(DEFAULTS, ctx.run.config).reply_pause_ms if ctx.run is not None else 0
+            stage = self._stages[run] = _Stage(pause_ms=pause)
+        return stage
+
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
-        if isinstance(event, UtteranceDropped):
-            return self._dropped(event, ctx)
-        if not isinstance(event, AudioChunk):
+        if not isinstance(event, AudioChunk | UtteranceDropped):
             return ()
-        stage = self._stages.setdefault(event.run, _Stage())
+        stage = self._stage(event.run, ctx)
+        out = self._dropped(event, stage, ctx) if isinstance(event, UtteranceDropped) else self._chunk(event, stage, ctx)
+        return out + self._tell(stage, event, ctx.now_ms)
+
+    @staticmethod
+    def _tell(stage: _Stage, cause: Event, now_ms: int) -> list[Event]:
+        """Where the replies this input moved were placed: once their first sentence is, and once
+        nothing more of them will be (the director plans the floor from it)."""
+        out: list[Event] = []
+        for utt in list(stage.untold.values()):
+            started = utt.first_ms is not None and not utt.told_start
+            if not (started or utt.done):
+                continue
+            utt.told_start = utt.first_ms is not None
+            if utt.done:
+                del stage.untold[utt.id]
+            out.append(SpeechPlaced(
+                id=cause.derive(f"placed:{utt.id}"), run=cause.run, role=utt.role or None, causation=cause.id,
+                correlation=cause.correlation, t_ms=now_ms, utterance=utt.id,
+                start_ms=-1 if utt.first_ms is None else utt.first_ms, end_ms=utt.cursor_ms or 0, done=utt.done,
+                floor_ms=stage.floor_end_ms,
+            ))
+        return out
+
+    def _chunk(self, event: AudioChunk, stage: _Stage, ctx: Context) -> list[Event]:
         utt = stage.known.get(event.utterance)
         out: list[Event] = []
         if utt is None:
             utt = stage.known[event.utterance] = _Utterance(
                 event.utterance, role=event.role or "", priority=event.priority, deadline_ms=event.deadline_ms,
             )
+            stage.untold[utt.id] = utt
             stage.waiting.append(utt)
             out += self._interrupt(stage, utt, event, ctx)
         key = (event.seq, event.part)
         if key < utt.next_key or key in utt.pending or utt.done:
-            return ()  # a redelivered chunk that was already placed, or one of a finished reply
+            return out  # a redelivered chunk that was already placed, or one of a finished reply
         if utt.dropped_from is not None and event.seq >= utt.dropped_from:
-            return ()  # spoken after its reply was cut
+            return out  # spoken after its reply was cut
         utt.pending[key] = event
         return out + self._advance(stage, ctx)
 
@@ -165,19 +205,23 @@ class LipsyncActor(Actor):
             stage.speaking = None
         stage.on_air = [u for u in stage.on_air if u.priority >= threshold]
         stage.floor_end_ms = max([now, *(u.cursor_ms or now for u in stage.on_air)])
+        stage.pause_next = stage.floor_end_ms > now  # after an urgent reply still on air, its pause
         stage.waiting.remove(utt)
         stage.waiting.appendleft(utt)
         return out
 
-    def _dropped(self, event: UtteranceDropped, ctx: Context) -> list[Event]:
+    def _dropped(self, event: UtteranceDropped, stage: _Stage, ctx: Context) -> list[Event]:
         """The rest of a reply will not come: it gives up the floor once its earlier chunks are placed."""
-        stage = self._stages.setdefault(event.run, _Stage())
         utt = stage.known.get(event.utterance)
         if utt is None:
-            utt = stage.known[event.utterance] = _Utterance(event.utterance)
+            utt = stage.known[event.utterance] = _Utterance(event.utterance, role=event.role or "")
             utt.done = True  # nothing of it was ever spoken: ignore stray chunks
             utt.dropped_from = event.from_seq
+            stage.untold[utt.id] = utt  # the director is told: none of it will be placed
             return []
+        if (event.from_seq == 0 and utt.dropped_from is None and utt.first_ms is not None
+                and utt.first_ms > ctx.now_ms + CUT_LEAD_MS):  # placed on deck, not begun: taken off whole
+            return self._unplace(stage, utt, event, ctx)
         if utt.dropped_from is None or event.from_seq < utt.dropped_from:
             utt.dropped_from = event.from_seq
         for key in [k for k in utt.pending if k[0] >= event.from_seq]:
@@ -187,6 +231,28 @@ class LipsyncActor(Actor):
         if (planner is not None and utt.cursor_ms is not None and not utt.done
                 and utt.dropped_from <= utt.next_key[0]):  # it spoke, and nothing more of it will come
             out += _face_events(planner.finished(utt.role, utt.cursor_ms), stage, event, "face", ctx.now_ms, utt.id)
+        return out + self._advance(stage, ctx)
+
+    def _unplace(self, stage: _Stage, utt: _Utterance, event: UtteranceDropped, ctx: Context) -> list[Event]:
+        """A reply dropped while it waits on deck, placed but not begun: it is cut where it starts
+        (nothing of it is heard or drawn), and the floor frees where the speech before it ends."""
+        assert utt.first_ms is not None
+        at = utt.first_ms
+        utt.done, utt.dropped_from = True, 0
+        utt.pending.clear()
+        utt.first_ms = utt.cursor_ms = None  # none of it is spoken: the director is told so
+        stage.untold[utt.id] = utt
+        if stage.speaking is utt:
+            stage.speaking = None
+        stage.on_air = [u for u in stage.on_air if u is not utt]
+        stage.floor_end_ms = max([0, *((u.cursor_ms or 0) for u in stage.on_air if (u.first_ms or 0) < at)])
+        out: list[Event] = [VisemeCut(
+            id=event.derive(f"cutat:{utt.id}"), run=event.run, role=None, causation=event.id,
+            correlation=event.correlation, t_ms=ctx.now_ms, utterance=utt.id, at_ms=at, by="",
+        )]
+        planner = _planner(stage, ctx.run)
+        if planner is not None:
+            out += _face_events(planner.cut(utt.role, at), stage, event, f"cutface:{utt.id}", ctx.now_ms, utt.id)
         return out + self._advance(stage, ctx)
 
     def _advance(self, stage: _Stage, ctx: Context) -> list[Event]:
@@ -206,7 +272,8 @@ class LipsyncActor(Actor):
                 if ready is None:
                     return out
                 stage.waiting.remove(ready)
-                start = max(now_ms + self.lead_ms, stage.floor_end_ms)
+                pause = stage.pause_ms if stage.pause_next and stage.floor_end_ms else 0
+                start = max(now_ms + self.lead_ms, stage.floor_end_ms + pause)
                 if ready.deadline_ms and start > ready.deadline_ms and ready.next_key == (0, 0):
                     out.append(self._drop(ready, ready.pending[ready.next_key], now_ms, f"could not start before its deadline: the floor "
                                           f"was free at {start} ms, {start - ready.deadline_ms} ms late"))
@@ -255,6 +322,7 @@ class LipsyncActor(Actor):
             stage.on_air.append(utt)
         utt.starts.append((start, chunk.seq))
         stage.floor_end_ms = max(stage.floor_end_ms, end)
+        stage.pause_next = True
         utt.tracks += 1
         return VisemeTrack(
             id=chunk.derive("visemes"), run=chunk.run, role=chunk.role, causation=chunk.id,

@@ -54,6 +54,7 @@ WRITTEN_KEPT = 32  # replies remembered per run, for the follow-ups that answer 
 PACE_SAMPLES = 12  # a role's pace is taken over its last replies (and sentences spoken)
 PACE_CHANGE = 0.15  # a new pace is told when a number moved this much (and at least PACE_CHANGE_MS)
 PACE_CHANGE_MS = 150
+SPEAK_MARGIN_MS = 500  # from a first sentence written to its speech on stage (TTS, lip-sync, transport)
 # What is said instead of a written sentence that contains a blocked word.
 DEFLECTIONS = {"en": "Let's talk about something else!", "zh": "我们聊点别的吧！"}
 log = logging.getLogger(__name__)
@@ -72,6 +73,7 @@ class _Held:
     stand_in: bool = False  # the scripted line was said in place of the writer's (it wrote nothing sayable)
     begun: bool = False     # the writer has written its first sentence
     slow: bool = False      # it had not by ``llm_first_sentence_ms``: it was stopped
+    source: str = ""        # where its words came from: "model", "material", "template", "verbatim"
 
 
 @dataclass(slots=True)
@@ -116,6 +118,7 @@ class _Cue:
     limit: int
     writer: ReplyWriter
     opener: Sentence | None = None  # the cue's chunk 0, sent by the director: the writer goes on from it
+    budget_ms: int = 0              # how long a model may take over its first sentence (0: no limit)
 
 
 class LLMActor(ScheduledActor):
@@ -274,14 +277,43 @@ class LLMActor(ScheduledActor):
 
     def _or_scripted(self, cue: _Cue, sentences: Iterable[str], held: _Held) -> Iterator[str]:
         """The writer's sentences; where a model wrote nothing the guards let through (an echo, a
-        copy of the stage, another language), or had written nothing by ``llm_first_sentence_ms``
-        (it is stopped), the scripted writer's line for the same prompt, so that the turn is not
-        silent."""
-        source = iter(sentences)
+        copy of the stage, another language), it writes once more, sampled anew, while its
+        first-sentence budget lasts; where that fails too, or it had written nothing by its
+        budget (it is stopped), the scripted writer's line for the same prompt, so that the turn
+        is not silent."""
         model = not cue.event.verbatim and not getattr(cue.writer, "instant", False)
-        timer = self._first_sentence_timer(cue, held) if model else None
+        started = time.perf_counter()
+        yield from self._attempt(cue, sentences, held, model, cue.budget_ms if model else 0)
+        if not held.begun and model and not held.slow:
+            # No budget (0) is no limit; else what is left of it, if anything.
+            left_ms = cue.budget_ms - int((time.perf_counter() - started) * 1000) if cue.budget_ms else 0
+            if not cue.budget_ms or left_ms > 0:
+                log.info("%s: the %s writer wrote nothing to say: it writes again", cue.event.id, cue.writer.name)
+                again = dataclasses.replace(cue.prompt, cue_id=f"{cue.prompt.cue_id}/again")
+                yield from self._attempt(cue, cue.writer.stream(cue.persona, again), held, model, left_ms)
+        if not held.begun and model:
+            if held.slow:
+                log.info("%s: the %s writer wrote no sentence in %d ms: the scripted line instead", cue.event.id,
+                         cue.writer.name, cue.budget_ms)
+            else:
+                log.info("%s: the %s writer wrote nothing to say: the scripted line instead", cue.event.id,
+                         cue.writer.name)
+            held.stand_in = True
+            for sentence in self._built("scripted", None).stream(cue.persona, cue.prompt):
+                held.source = held.source or getattr(sentence, "source", None) or "template"
+                yield sentence
+
+    def _attempt(self, cue: _Cue, sentences: Iterable[str], held: _Held, model: bool,
+                 budget_ms: int) -> Iterator[str]:
+        """One writing of the reply: its sentences, a model's writer stopped if it has none by
+        ``budget_ms`` (0: no limit)."""
+        source = iter(sentences)
+        timer = self._first_sentence_timer(cue, held, budget_ms) if model else None
         try:
             for sentence in source:
+                if not held.source:
+                    held.source = "verbatim" if cue.event.verbatim else "model" if model else (
+                        getattr(sentence, "source", None) or "template")
                 with self._urgent_lock:
                     held.begun = True
                 if timer is not None:
@@ -300,21 +332,13 @@ class LLMActor(ScheduledActor):
             close = getattr(source, "close", None)
             if close is not None:
                 close()
-        if not held.begun and model:
-            if held.slow:
-                log.info("%s: the %s writer wrote no sentence in %d ms: the scripted line instead", cue.event.id,
-                         cue.writer.name, self.settings.llm_first_sentence_ms)
-            else:
-                log.info("%s: the %s writer wrote nothing to say: the scripted line instead", cue.event.id,
-                         cue.writer.name)
-            held.stand_in = True
-            yield from self._built("scripted", None).stream(cue.persona, cue.prompt)
 
-    def _first_sentence_timer(self, cue: _Cue, held: _Held) -> threading.Timer | None:
-        """Stops the writer (at its next token) when it has no sentence by ``llm_first_sentence_ms``:
-        a model slowed down by a loaded machine does not keep the stage silent."""
+    def _first_sentence_timer(self, cue: _Cue, held: _Held, budget: int) -> threading.Timer | None:
+        """Stops the writer (at its next token) when it has no sentence by ``llm_first_sentence_ms``,
+        or by when its speech is planned to begin when that is later (a reply on deck has the
+        time the reply before it is spoken): a model slowed down by a loaded machine does not keep
+        the stage silent."""
         interrupt = getattr(cue.writer, "interrupt", None)
-        budget = self.settings.llm_first_sentence_ms
         if interrupt is None or not budget:
             return None
 
@@ -398,7 +422,10 @@ class LLMActor(ScheduledActor):
                 log.info("%s: the writer is %d ms behind the cue's deadline: the scripted line after its opener",
                          event.id, ctx.now_ms - event.deadline_ms)
                 writer = scripted
-        return _Cue(event, role, persona, prompt, limit, writer, opener)  # limit: the stage's room
+        budget = self.settings.llm_first_sentence_ms
+        if budget and event.begins_ms:  # on deck: until its speech is planned to begin
+            budget = max(budget, event.begins_ms - ctx.now_ms - SPEAK_MARGIN_MS)
+        return _Cue(event, role, persona, prompt, limit, writer, opener, budget)  # limit: the stage's room
 
     def _own_line(self, event: CueIssued, show: Show) -> dict[str, Any]:
         """What a writer is told of a line of the show's own: its kind, the segment and its
@@ -410,7 +437,10 @@ class LLMActor(ScheduledActor):
             follows = self._written.get(event.run, {}).get(event.follows, "")
             follows = follows or " ".join(t for u, _, t in self._spoken.get(event.run, ()) if u == event.follows)
         segment = next((g for g in show.rundown if g.title == event.segment), None)
-        return {"kind": event.reason, "segment": event.segment, "follows": follows,
+        role = show.role(event.role or "")
+        return {"kind": event.reason, "segment": event.segment, "follows": follows, "point": event.point,
+                "points": segment.points if segment is not None else (),
+                "material": role.material if role is not None else (),
                 "brief": segment.brief if segment is not None else event.text,
                 "topics": segment.topics if segment is not None else (),
                 "addressee": _name(show, event.addressee) if event.addressee else "", "turn": event.turn}
@@ -459,7 +489,7 @@ class LLMActor(ScheduledActor):
             id=event.derive("completed"), t_ms=ctx.now_ms, utterance=event.id,
             text=said, chunks=len(texts),
             backend="scripted" if held.stand_in else getattr(cue.writer, "label", cue.writer.name),
-            blocked=sum(b for _, b in texts),
+            blocked=sum(b for _, b in texts), source=held.source,
             **_common(event),
         )
         if not event.verbatim:

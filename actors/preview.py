@@ -104,6 +104,7 @@ class Board:
         if item is None:
             item = self.feed[danmaku] = {
                 "id": danmaku, "user": "", "text": "", "to": None, "kind": "comment", "at_ms": None,
+                "platform": "", "viewer": "",
                 "t_ms": None, "outcome": None, "reason": None, "detail": None, "role": None,
                 "into": None, "reply": "", "reply_state": None, "latency_ms": None, "frame": None,
             }
@@ -183,7 +184,8 @@ class PreviewActor(Actor):
 
     def _danmaku(self, board: Board, e: DanmakuReceived) -> None:
         item = board.item(e.id)
-        item.update(user=e.user, text=e.text, to=e.to, kind=e.kind, at_ms=e.at_ms, t_ms=e.t_ms)
+        item.update(user=e.user, text=e.text, to=e.to, kind=e.kind, at_ms=e.at_ms, t_ms=e.t_ms,
+                    platform=e.platform, viewer=e.viewer)
         first = board.answered.get(e.id)
         if first is not None and item["latency_ms"] is None:  # its reply's frame came first (streams differ)
             self._answer(board, item, *first)

@@ -19,13 +19,15 @@ from sqlalchemy import Engine, select
 from actors.visemes import apply_cuts
 from events import codec
 from events.cue import ControlApplied, CueIssued, SegmentStarted
+from events.danmaku import DanmakuSkipped
 from events.run import RunStarted
-from events.utterance import UtteranceCompleted
+from events.utterance import UtteranceCompleted, UtteranceDropped
 from events.viseme import VisemeCut, VisemeTrack
+from infra.metrics import drop_reason
 from store.schema import events
 
 TYPES = ("run.started", "run.ended", "cue.issued", "cue.segment", "cue.control", "viseme.track", "viseme.cut",
-         "utterance.completed")
+         "utterance.completed", "utterance.dropped", "danmaku.skipped")
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +88,7 @@ def airtime(engine: Engine, run: str) -> dict[str, Any]:
         "segments": _segments(recorded),
         "own_lines": _own_lines(recorded, cues, tracks.values()),
         "waits_behind_own_ms": _waits_behind(cues, spoken, own),
+        "floor": _floor(recorded, cues, spoken, union),
         "controls": [{"t_ms": e.t_ms, "action": e.action, "detail": e.detail, "user": e.user}
                      for e in recorded if isinstance(e, ControlApplied)],
     }
@@ -104,12 +107,15 @@ def _own_lines(recorded: Sequence[Any], cues: dict[str, CueIssued], tracks: Any)
     texts = [e.text for e in recorded if isinstance(e, UtteranceCompleted)
              and e.utterance in cues and cues[e.utterance].self_driven and not cues[e.utterance].verbatim]
     verbatim = [c for c in own if c.verbatim and c.reason == "line"]
+    sources = Counter(e.source or "unknown" for e in recorded if isinstance(e, UtteranceCompleted)
+                      and e.utterance in cues and cues[e.utterance].self_driven)
     banter, longest = 0, 0
     for cue in sorted(cues.values(), key=lambda c: c.seq):
         banter = banter + 1 if cue.reason in ("brief", "follow_up") else 0
         longest = max(longest, banter)
     return {
         "by_kind": dict(Counter(c.reason for c in own).most_common()),
+        "by_source": dict(sources.most_common()),  # material (the show's), template, model, verbatim
         "repeated": sum(n - 1 for n in Counter(texts).values() if n > 1),
         "verbatim_said": [c.text for c in verbatim if c.id in heard],
         "verbatim_asked": len(verbatim),
@@ -125,3 +131,39 @@ def _waits_behind(cues: dict[str, CueIssued], spoken: Sequence[Spoken], own: Seq
         if s.cue is not None and s.cue.danmaku:
             first[s.cue.id] = min(s.start_ms, first.get(s.cue.id, s.start_ms))
     return [_overlap(own, cues[c].heard_ms, at) for c, at in sorted(first.items())]
+
+
+def _floor(recorded: Sequence[Any], cues: dict[str, CueIssued], spoken: Sequence[Spoken],
+           union: Sequence[tuple[int, int]]) -> dict[str, Any]:
+    """How the floor was handed on: the silences between two stretches of speech while something
+    waited (a comment for the floor, or speech asked for and not begun), the speaking share while
+    anything waited, and the replies dropped (before any of them was spoken, or cut), by reason."""
+    first: dict[str, int] = {}
+    for s in spoken:
+        if s.cue is not None:
+            first[s.cue.id] = min(s.start_ms, first.get(s.cue.id, s.start_ms))
+    waits = [(c.heard_ms if c.danmaku else c.t_ms, first[c.id]) for c in cues.values() if c.id in first]
+    waits += [(e.heard_ms, e.t_ms) for e in recorded if isinstance(e, DanmakuSkipped)]
+    waited = _merged([(a, b) for a, b in waits if b > a])
+    gaps = [b - a for (_, a), (b, _) in zip(union, union[1:], strict=False)
+            if any(lo <= a and hi >= b for lo, hi in waited)]
+    span = sum(b - a for a, b in waited)
+    heard = sum(_overlap(union, a, b) for a, b in waited)
+    ordered = sorted(gaps)
+    dropped: dict[str, Counter[str]] = {"before_speech": Counter(), "cut": Counter()}
+    for e in recorded:
+        if isinstance(e, UtteranceDropped) and e.utterance in cues:
+            when = "cut" if e.utterance in first else "before_speech"
+            dropped[when][drop_reason(e.reason)] += 1
+    return {
+        "gaps_ms": {"n": len(gaps), "p50": _rank(ordered, 50), "p95": _rank(ordered, 95),
+                    "max": ordered[-1] if ordered else None},
+        "speaking_share_waiting": round(heard / span, 3) if span else None,
+        "dropped": {k: dict(sorted(v.items())) for k, v in dropped.items()},
+    }
+
+
+def _rank(ordered: Sequence[int], q: int) -> int | None:
+    """Nearest-rank percentile of sorted values (None of none)."""
+    return ordered[max(0, -(-len(ordered) * q // 100) - 1)] if ordered else None
+

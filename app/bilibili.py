@@ -14,7 +14,10 @@ Two kinds of file share the format:
 
 Every element becomes one ``DanmakuReceived`` with its offset in the recording, in order of
 time: ``<d>`` a comment from ``user`` (else ``bili_<hash>``), a Super Chat a gift whose text
-is its message, a gift or a membership a gift whose text names it.  Its id is ``bili-<row id>``
+is its message (its ``price`` the gift's value in CNY), a gift or a membership a gift whose text
+names it.  Each is from ``platform`` bilibili; a live recording's viewer is ``bili:<uid>`` (the
+``<d>``'s uid field, a paid element's ``uid`` attribute where the recorder wrote one); a video's
+file has only a hash of it, which identifies nobody.  Its id is ``bili-<row id>``
 where the file gives one, else ``bili-<file digest>-<element index>``, so playing the same file
 again sends nothing twice.  The director validates each as it does any producer's.
 
@@ -118,7 +121,7 @@ def _elements(path: Path, content: bytes) -> list[_Element]:
     return found
 
 
-def _danmaku_of(element: _Element, where: str) -> tuple[float, dict[str, str], str]:
+def _danmaku_of(element: _Element, where: str) -> tuple[float, dict[str, object], str]:
     """(offset, the producer's danmaku object, row id or "") of one element."""
     attrs, body = element.attrs, "".join(element.pieces)
     name = attrs.get("user", "").strip()
@@ -126,16 +129,36 @@ def _danmaku_of(element: _Element, where: str) -> tuple[float, dict[str, str], s
         at_s, mode, user, row = _attributes(attrs.get("p"), where)
         if mode == 7:
             body = _positioned_text(body, where)
-        return at_s, {"user": name or (f"bili_{user}" if user else ""), "text": body}, row
+        # A live recording names its viewer (user=...) and puts their uid where a video's file
+        # has a hash of it: only a uid identifies a viewer.
+        uid = user if name else ""
+        return at_s, {"user": name or (f"bili_{user}" if user else ""), "text": body, **_viewer(uid)}, row
     at_s = _seconds(attrs.get("ts"), f"<{element.name}> ts", where)
+    paid: dict[str, object] = {}
     if element.name == "sc":  # a Super Chat: a paid message, answered as a gift is
         text = body.strip() or f"Super Chat ¥{attrs.get('price', '?')}"
+        price = _price(attrs.get("price", ""))
+        paid = {"value": price, "currency": "CNY"} if price else {}
     elif element.name == "gift":
         text = f"{attrs.get('giftname', '').strip() or 'gift'} x{attrs.get('giftcount', '1').strip() or '1'}"
     else:
         level = GUARD_LEVELS.get(attrs.get("level", "").strip(), "舰长")
         text = f"{level} x{attrs.get('count', '1').strip() or '1'}"
-    return at_s, {"user": name, "text": text, "kind": "gift"}, ""
+    return at_s, {"user": name, "text": text, "kind": "gift", **paid, **_viewer(attrs.get("uid", "").strip())}, ""
+
+
+def _viewer(uid: str) -> dict[str, object]:
+    """The viewer's fields of a recorded element: ``bili:<uid>`` where it has a uid (0: masked)."""
+    viewer = f"bili:{uid}" if uid.isdigit() and uid.strip("0") else ""
+    return {"platform": "bilibili", **({"viewer": viewer} if viewer else {})}
+
+
+def _price(raw: str) -> float:
+    try:
+        price = float(raw)
+    except ValueError:
+        return 0.0
+    return price if math.isfinite(price) and price > 0 else 0.0
 
 
 def _seconds(raw: str | None, what: str, where: str) -> float:

@@ -16,7 +16,13 @@ from app.airtime import airtime
 from app.summary import live_outputs, quantiles
 from events.base import Event
 from events.cue import StagePaced
-from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped, RolePaceMeasured
+from events.danmaku import (
+    DanmakuGap,
+    DanmakuReceived,
+    DanmakuRejected,
+    DanmakuSkipped,
+    RolePaceMeasured,
+)
 from events.error import DeadLettered
 from events.errors import StoreError
 from events.frame import FrameRendered
@@ -82,7 +88,7 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
         role: {"cues": 0, "merged": 0, "utterances": 0, "dropped": 0, "speech_ms": 0, "correlations": []}
         for role in info.roles
     }
-    qos, errors, rejected, skipped, drops = [], [], [], [], []
+    qos, errors, rejected, skipped, drops, chat, gaps = [], [], [], [], [], [], []
     cue_role: dict[str, str] = {}
     for row in rows:
         e = row.event
@@ -104,6 +110,10 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
             rejected.append(e)
         elif isinstance(e, DanmakuSkipped):
             skipped.append(e)
+        elif isinstance(e, DanmakuReceived):
+            chat.append(e)
+        elif isinstance(e, DanmakuGap):
+            gaps.append(e)
         elif isinstance(e, DeadLettered):
             errors.append({"t_ms": e.t_ms, "type": e.type, "actor": e.actor, "subject": e.subject,
                            "reason": e.reason, "deliveries": e.deliveries})
@@ -141,6 +151,7 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
         },
         # A reply dropped on purpose: why (the reason without its numbers and ids) and how often.
         "dropped": dict(Counter(_gist(e.reason) for e in drops).most_common()),
+        "chat": _chat(chat, gaps),
         "outputs": live_outputs(engine, run),
         "errors": errors,
         "airtime": airtime(engine, run),
@@ -154,6 +165,28 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
                         for e in (r.event for r in rows) if isinstance(e, StagePaced)],
         },
         "faces": _faces(rows),
+    }
+
+
+def _chat(received: Sequence[DanmakuReceived], gaps: Sequence[DanmakuGap]) -> dict[str, Any]:
+    """Where the danmaku came from: per platform ("" for a producer's), how many, from how many
+    viewers it identified, the gifts' value per currency; and each bridge's gaps."""
+    platforms: dict[str, dict[str, Any]] = {}
+    for e in received:
+        p = platforms.setdefault(e.platform, {"danmaku": 0, "viewers": set(), "gifts": 0, "value": Counter()})
+        p["danmaku"] += 1
+        if e.viewer:
+            p["viewers"].add(e.viewer)
+        if e.kind == "gift":
+            p["gifts"] += 1
+            if e.value:
+                p["value"][e.currency] += e.value
+    return {
+        "platforms": {name: {"danmaku": p["danmaku"], "viewers": len(p["viewers"]), "gifts": p["gifts"],
+                             "value": {c: round(v, 2) for c, v in sorted(p["value"].items())}}
+                      for name, p in sorted(platforms.items())},
+        "gaps": [{"t_ms": g.t_ms, "platform": g.platform, "source": g.source, "seconds": (g.until_ms - g.from_ms) / 1000,
+                  "reason": g.reason, "missed": None if g.missed < 0 else g.missed} for g in gaps],
     }
 
 
@@ -246,6 +279,7 @@ def format_report(doc: dict[str, Any]) -> str:
     lines += ["", f"QoS decisions: {len(doc['qos'])}"]
     lines += [f"  {_ms(q['t_ms'])} {q['type']}: " + ", ".join(
         f"{k}={v}" for k, v in q.items() if k not in ("t_ms", "type")) for q in doc["qos"]]
+    lines += _format_chat(doc.get("chat") or {})
     rej = doc["rejected"]
     lines += ["", f"rejected danmaku: {rej['count']}" + (
         " (" + ", ".join(f"{k} {v}" for k, v in rej["by_reason"].items()) + ")" if rej["count"] else "")]
@@ -283,6 +317,21 @@ def format_report(doc: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _format_chat(chat: dict[str, Any]) -> list[str]:
+    platforms = chat.get("platforms") or {}
+    if not platforms or set(platforms) == {""}:
+        return []  # no platform's chat: nothing more to say than the counts above
+    lines = ["", "chat by platform:"]
+    for name, p in platforms.items():
+        value = ", ".join(f"{v:g} {c}" for c, v in p["value"].items())
+        lines.append(f"  {name or 'producers'}: {p['danmaku']} danmaku from {p['viewers']} identified viewers, "
+                     f"{p['gifts']} gifts" + (f" ({value})" if value else ""))
+    for g in chat.get("gaps") or []:
+        missed = "the platform does not say what was missed" if g["missed"] is None else f"{g['missed']} missed"
+        lines.append(f"  {_ms(g['t_ms'])} {g['source']} down {g['seconds']:.1f} s ({g['reason']}); {missed}")
+    return lines
+
+
 def format_airtime(air: dict[str, Any]) -> list[str]:
     """The air-time lines of the report: shares, silences, seconds by role, the rundown, controls."""
     if not air:
@@ -293,8 +342,18 @@ def format_airtime(air: dict[str, Any]) -> list[str]:
              f"{pct(air['self_share'])}), longest silence {_ms(air['longest_silence_ms'])}",
              "  seconds by role: " + ", ".join(f"{r} {s:.1f}" for r, s in air["seconds_by_role"].items()),
              "  the show's own lines: " + (", ".join(f"{k} {n}" for k, n in own["by_kind"].items()) or "none")
+             + (" (from " + ", ".join(f"{k} {n}" for k, n in own.get("by_source", {}).items()) + ")"
+                if own.get("by_source") else "")
              + f"; repeated {own['repeated']}; verbatim said {len(own['verbatim_said'])}/{own['verbatim_asked']};"
              f" at most {own['most_turns_between_roles']} turns between roles without the chat"]
+    floor = air.get("floor") or {}
+    if floor:
+        gaps = floor["gaps_ms"]
+        drops = "; ".join(f"{when.replace('_', ' ')}: " + ", ".join(f"{k} {n}" for k, n in kinds.items())
+                          for when, kinds in floor["dropped"].items() if kinds) or "none"
+        lines += [f"  floor: {gaps['n']} gaps while something waited, p50/p95/max {_ms(gaps['p50'])}/"
+                  f"{_ms(gaps['p95'])}/{_ms(gaps['max'])}; speaking {pct(floor['speaking_share_waiting'])} of the "
+                  f"time anything waited; replies dropped: {drops}"]
     lines += ["", f"rundown: {len(air['segments'])} segments started"]
     lines += [f"  {_ms(g['started_ms'])} {g['title']} ({g['reason']}; planned {_ms(g['planned_ms'])}, "
               f"{g['length_ms'] // 1000} s)" for g in air["segments"]]

@@ -10,6 +10,9 @@ the server config, and ``infra/nats/nats.conf`` is its output (a test keeps the 
 - the recorder reads every family and publishes nothing;
 - ``producer`` may only publish danmaku (never a moderator line, which has a subject of its
   own: ``events.subjects.MODERATOR``), and reads no stream;
+- ``bridge`` (``troupe bridge``: a platform's chat) publishes danmaku like a producer, and its
+  connection gaps (``danmaku.gap``) and what it capped (``danmaku.skipped``); it looks up runs and
+  which is on air, and hears the replies (to post them back into the platform's chat);
 - ``moderator`` may publish danmaku, moderator lines and the operator's controls
   (``danmaku.control``: say, segment, hold, resume), which the preview page also sends for its
   token holder;
@@ -139,6 +142,11 @@ def users() -> list[User]:
         f"$KV.{LEASES}.{ON_AIR}.*", *_lease_bucket(),  # its runs' on-air keys
     )))
     out.append(User("producer", tuple(danmaku)))
+    # A platform bridge (troupe bridge): a producer that also records its gaps and what it capped,
+    # finds the run on air, and (posting replies back) hears the replies.
+    out.append(User("bridge", (*danmaku, *_events(["danmaku.gap", "danmaku.skipped"]), *_run_directory(),
+                               f"{API}.STREAM.INFO.KV_{LEASES}"),
+                    (INBOX, f"{PREFIX}.*.utterance.completed.*")))
     # The operator's commands (troupe say, segment, hold, resume) check the run and read the answer.
     out.append(User("moderator", (*danmaku, f"{PREFIX}.*.{MODERATED}.{MODERATOR}", f"{PREFIX}.*.{CONTROL}",
                                   *_run_directory()),

@@ -21,7 +21,7 @@ from nats.js.errors import NotFoundError
 from events import codec
 from events.base import Event
 from events.cue import ControlApplied, CueIssued, CueMerged
-from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
+from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped, viewer_problem
 from events.errors import ConfigError, DecodeError
 from events.subjects import family_filter, stream_name
 from infra.bus import publish_event
@@ -82,8 +82,9 @@ def _file_line(line: str, default_id: str, run: str, now_ms: int) -> DanmakuRece
 
 
 def danmaku_from(doc: object, default_id: str, run: str, now_ms: int) -> DanmakuReceived:
-    """A producer's danmaku object (``user``, ``text``, ``to``, ``kind``, ``id``), checked by the
-    codec exactly as the director will decode it; DecodeError says what is wrong."""
+    """A producer's danmaku object (``user``, ``text``, ``to``, ``kind``, ``id``, and where a
+    platform identifies the viewer ``viewer``, ``platform``, ``value``, ``currency``, ``badges``),
+    checked by the codec exactly as the director will decode it; DecodeError says what is wrong."""
     if not isinstance(doc, dict):
         raise DecodeError(f"expected a JSON object, got {type(doc).__name__}")
     doc = dict(doc)
@@ -93,6 +94,9 @@ def danmaku_from(doc: object, default_id: str, run: str, now_ms: int) -> Danmaku
     wrapped = {"type": "danmaku.received", "payload": doc, **({"id": own_id} if own_id is not None else {})}
     event = codec.decode(orjson.dumps(wrapped), {"id": default_id, "run": run, "at_ms": now_ms})
     assert isinstance(event, DanmakuReceived)  # the type was set just above
+    problem = viewer_problem(event)  # the director would turn it away: said before anything is sent
+    if problem is not None:
+        raise DecodeError(problem)
     return event
 
 

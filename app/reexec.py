@@ -37,7 +37,7 @@ from app.registry import REEXECUTED, Wiring, entry
 from events import codec
 from events.audio import AudioChunk
 from events.base import Event
-from events.danmaku import DanmakuReceived, OperatorControl, RolePaceMeasured
+from events.danmaku import DanmakuReceived, OperatorControl, RolePaceMeasured, SpeechPlaced
 from events.errors import ConfigError
 from events.frame import FaceMark, FrameRendered
 from events.run import RunStarted
@@ -136,8 +136,9 @@ class _Recording:
 
 
 def _lipsync_inputs(rows: list[Row], rec: _Recording) -> list[Row]:
-    """Audio chunks in stream order, with the (rare) dropped replies placed among them by the
-    show time they were handled at (a second stream: its order against the first is timing)."""
+    """Audio chunks in stream order, with the dropped replies placed among them by the show time
+    each was handled at (a second stream: its order against the first is timing), as the
+    outputs they caused say (lipsync tells the director of every drop it takes in)."""
     chunks = in_stream_order(rows, AudioChunk)
     drops = [r for r in rows if isinstance(r.event, UtteranceDropped) and r.event.causation not in
              {c.event.id for c in chunks}]
@@ -148,17 +149,38 @@ def _lipsync_inputs(rows: list[Row], rec: _Recording) -> list[Row]:
         mine = rec.by_cause.get(row.event.id, [])
         return min((r.event.t_ms for r in mine), default=row.event.t_ms)
 
+    # A reply of which nothing was placed and no chunk caused anything, dropped: its chunks came
+    # after the drop (they were let go), whatever their own show time says.
+    placed = {r.event.utterance for r in rows if isinstance(r.event, VisemeTrack)}
+    idle: dict[str, int] = {}
+    busy: set[str] = set()  # replies one of whose chunks caused something: their order is known
+    for c in chunks:
+        utt = c.event.utterance  # type: ignore[attr-defined]
+        if rec.by_cause.get(c.event.id):
+            busy.add(utt)
+        else:
+            idle[utt] = min(c.event.t_ms, idle.get(utt, c.event.t_ms))
+    # A drop that caused nothing came once its reply was over for lipsync (it had told the
+    # director so): after the input that ended it.
+    over = {r.event.utterance: r.event.t_ms for r in rows if isinstance(r.event, SpeechPlaced) and r.event.done}
     merged = [(handled_at(r), 0, i, r) for i, r in enumerate(chunks)]
-    merged += [(r.event.t_ms, 1, i, r) for i, r in enumerate(drops)]
+    for i, r in enumerate(drops):  # when lipsync took it in, as what it caused says
+        utt = r.event.utterance  # type: ignore[attr-defined]
+        if utt not in placed and utt in idle and utt not in busy:
+            merged.append((min(handled_at(r), idle[utt]), -1, i, r))
+        elif not rec.by_cause.get(r.event.id) and utt in over:
+            merged.append((max(r.event.t_ms, over[utt]), 1, i, r))
+        else:
+            merged.append((handled_at(r), 1, i, r))
     return [r for *_, r in sorted(merged, key=lambda x: (x[0], x[1], x[2]))]
 
 
 def _director_inputs(rows: list[Row]) -> list[Row]:
     """The director's one ordered log: the run's start, then the danmaku stream (comments, the
-    operator's controls and the roles' measured pace) in its order.  The run's end is not fed: the recording ends there, and
+    operator's controls, the roles' measured pace and where lipsync placed speech) in its order.  The run's end is not fed: the recording ends there, and
     the clock is run up to the last recorded decision instead."""
     started = [r for r in rows if isinstance(r.event, RunStarted)]
-    return started[:1] + in_stream_order(rows, (DanmakuReceived, OperatorControl, RolePaceMeasured))
+    return started[:1] + in_stream_order(rows, (DanmakuReceived, OperatorControl, RolePaceMeasured, SpeechPlaced))
 
 
 def _replay_handler(

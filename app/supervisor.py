@@ -1,4 +1,32 @@
-"""Builds actors and runs them: all in one process (``troupe up``) or one per process."""
+"""Builds actors and runs them, all in one process (``troupe up``) or one per process, and runs a show.
+
+``Stage`` holds what a process's actors share: NATS (an embedded server, else the one given, with
+the family streams provisioned), metrics, the store, and the actors' runtimes.  An actor that is
+one per deployment (``takes_over``: director, lipsync, render, sink) runs only while this process
+holds its lease, a key of the ``troupe_leases`` bucket (``infra.lease``).  While another process
+holds it, this one stands by, and takes over when that lease lapses, rebuilding the live runs'
+state first (``actors.runtime.takeover``); a lease lost while running stops the actor at once,
+so that two never run side by side.
+
+A run's lifecycle (``run_show``):
+
+1. The actors are started, and the process takes the run's on-air lease (``onair.<run>``), which
+   it holds while it drives the show: a standby takes over only the runs whose show still lives.
+2. ``run.started`` (id ``<run>-start``, the run's root) carries everything the run is made of:
+   the show as plain data, the seed, fps and resolution, the run-scoped settings (``run_config``:
+   re-execution follows them) and the planned duration.  Its ``started_at_ms`` is
+   ``START_LEAD_MS`` ahead, the actors' time to get ready: show time 0.  Each actor opens its
+   state for the run as it handles it.
+3. ``role.declared`` for each role, then the scripted chat, each comment at its show time
+   (``<run>-script-<i>``), while the actors carry the show themselves.
+4. At the planned duration, or when ``stop`` is set (a signal: the run ends at the show time it
+   reached, reason ``stopped (SIGTERM)``), ``run.ended`` (``<run>-end``) gives the duration and
+   the reason, and the on-air lease is let go.
+5. ``run_show`` returns (``ShowResult``) once every actor kind has handled everything (their
+   durable consumers hold nothing pending) and, where the sink runs here, the video is closed.
+   Each actor lets the run's state go a grace period after it learns that the run ended
+   (``actors.runtime.runs.RunLifecycle``).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +48,7 @@ from sqlalchemy import Engine
 
 from actors.base import Actor
 from actors.runtime import OBSERVE_PERIOD_S, ActorRuntime, RunDirectory
+from app.bridges.live import bridged, connectors
 from app.registry import SHOW, Wiring, actor_class, entry
 from events.base import Event
 from events.danmaku import DanmakuReceived
@@ -252,6 +281,7 @@ async def run_show(
     """
     settings = stage.settings
     run_id = run_id or new_run_id()
+    sources = connectors(show.sources, settings)  # missing credentials: one line, before anything starts
     await stage.start_actors(names)
     with log_context(run=run_id):  # this process's lines about the show say which run
         # Everything built so far (models, sprites, voices) lives for the whole show: keep it
@@ -275,17 +305,8 @@ async def run_show(
             on_started(started)
         await stage.publish([RoleDeclared.of(run_id, r) for r in show.roles])
         start_s = started.started_at_ms / 1000
-        stopped = False
-        for i, line in enumerate(show.script):
-            if line.at_s >= duration_s:
-                break
-            if stopped := await _wait_until(start_s + line.at_s, stop):
-                break
-            await stage.publish([DanmakuReceived(
-                id=f"{run_id}-script-{i}", run=run_id, user=line.user, text=line.text, to=line.to,
-                kind=line.kind, t_ms=int(line.at_s * 1000), at_ms=int(time.time() * 1000),
-            )])
-        stopped = stopped or await _wait_until(start_s + duration_s, stop)
+        async with bridged(stage.js, run_id, sources, stage.metrics):
+            stopped = await _play_script(stage, show, run_id, start_s, duration_s, stop)
         duration_ms = int(duration_s * 1000)
         reason = "duration reached"
         if stopped:
@@ -298,6 +319,21 @@ async def run_show(
         stage.on_air.discard(run_id)
         mp4 = await _drain(stage, run_id, drain_timeout_s, video="sink" in names)
     return ShowResult(run_id, mp4, started.started_at_ms, duration_ms, reason)
+
+
+async def _play_script(stage: Stage, show: Show, run_id: str, start_s: float, duration_s: float,
+                       stop: asyncio.Event | None) -> bool:
+    """The show's danmaku script, each line at its time, until the show's end; True: stopped."""
+    for i, line in enumerate(show.script):
+        if line.at_s >= duration_s:
+            break
+        if await _wait_until(start_s + line.at_s, stop):
+            return True
+        await stage.publish([DanmakuReceived(
+            id=f"{run_id}-script-{i}", run=run_id, user=line.user, text=line.text, to=line.to,
+            kind=line.kind, t_ms=int(line.at_s * 1000), at_ms=int(time.time() * 1000),
+        )])
+    return await _wait_until(start_s + duration_s, stop)
 
 
 async def _wait_until(wall_s: float, stop: asyncio.Event | None) -> bool:

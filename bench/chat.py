@@ -213,7 +213,8 @@ def measure(engine: Any, run: str, lines: list[Line], duration_s: float) -> dict
         "answered_share": round(answered / valid, 3) if valid else None,
         "latency": {cls: lat(cls) for cls in ("all", "comment", "addressed", "gift", "moderator")},
         "speaking_share": round(speaking, 3), "largest_backlog_ms": backlog, "placed_after_end": after,
-        "floor_gap_ms": {"n": len(gaps), "p50": pct(gaps, 50) if gaps else None, "p90": pct(gaps, 90) if gaps else None},
+        "floor_gap_ms": {"n": len(gaps), "p50": pct(gaps, 50) if gaps else None, "p95": pct(gaps, 95) if gaps else None,
+                         "max": max(gaps) if gaps else None},
         "outcomes": out, "skipped": out["skipped"], "dropped": dropped_replies(engine, run),
     }
 
@@ -271,14 +272,16 @@ def main() -> None:
     print_table(
         "danmaku -> first viseme frame of the reply (ms), answered comments",
         ["rate/s", "danmaku", "answered", "p50", "p99", "addressed (share) p99", "gift (share) p99",
-         "moderator (share) p99", "speaking", "gap p50", "max backlog", "skipped", "dropped", "after end",
+         "moderator (share) p99", "speaking", "gap p50/p95/max", "max backlog", "skipped", "dropped", "after end",
          "no/2 outcomes"],
         [[
             r["rate"], r["danmaku"], f"{r['answered']}/{r['valid']} ({r['answered_share']:.0%})",
             _ms(r["latency"]["all"]["p50_ms"]), _ms(r["latency"]["all"]["p99_ms"]),
             *(f"{r['latency'][c]['answered']}/{r['latency'][c]['valid']} {_ms(r['latency'][c]['p99_ms'])}"
               for c in ("addressed", "gift", "moderator")),
-            f"{r['speaking_share']:.0%}", _ms(r["floor_gap_ms"]["p50"]), r["largest_backlog_ms"], r["skipped"],
+            f"{r['speaking_share']:.0%}",
+            f"{_ms(r['floor_gap_ms']['p50'])}/{_ms(r['floor_gap_ms']['p95'])}/{_ms(r['floor_gap_ms']['max'])}",
+            r["largest_backlog_ms"], r["skipped"],
             r["dropped"],
             r["placed_after_end"], f"{r['outcomes']['none']}/{r['outcomes']['twice']}",
         ] for r in results],

@@ -7,6 +7,7 @@ import os
 import platform
 import statistics
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +44,12 @@ def median(values: Sequence[float]) -> float:
 
 
 def write_result(name: str, doc: dict[str, Any]) -> Path:
-    """Write bench/results/<name>.json."""
+    """Write bench/results/<name>.json, stamped with the day (UTC) it is written unless ``doc`` states one."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n")
+    # The date goes in the file: the benchmarks page shows it, and a new file has no commit to date it by.
+    stamped = {"date": datetime.now(UTC).date().isoformat(), **doc}
+    path.write_text(json.dumps(stamped, indent=2, ensure_ascii=False) + "\n")
     return path
 
 

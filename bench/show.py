@@ -7,7 +7,8 @@ Cases: ``quiet`` (no comment at all), ``chat-R`` (bench.chat's generated chat at
 second), ``operator`` (controls sent during a quiet show: say, hold, resume, segment next).
 Per case, from the event store: the speaking share, the longest silence, seconds per role
 against the weights, the show's own lines (repeats, verbatim lines said / asked for, the most
-turns between roles without the chat), segment start drift, the comment figures of bench.chat,
+turns between roles without the chat, and where the words of the show's own lines came from: the
+show's material, a template, a model), segment start drift, the comment figures of bench.chat,
 the wait a comment spent behind the show's own speech, and ``troupe replay --verify``'s
 divergences.  ``--llm`` adds a shorter quiet case with that writer (the model's lines).
 """
@@ -137,7 +138,8 @@ def _row(doc: dict[str, Any]) -> list[Any]:
     return [
         doc["case"] + ("" if doc["llm"] == "scripted" else f" ({doc['llm']})"), f"{doc['duration_s']:.0f}",
         f"{air['speaking_share']:.0%}", f"{air['longest_silence_ms'] / 1000:.1f}", shares,
-        f"{len(own['verbatim_said'])}/{own['verbatim_asked']}", own["repeated"], own["most_turns_between_roles"],
+        f"{len(own['verbatim_said'])}/{own['verbatim_asked']}", own["repeated"],
+        " ".join(f"{k} {n}" for k, n in own.get("by_source", {}).items()) or "-", own["most_turns_between_roles"],
         f"{drift / 1000:.1f}",
         "-" if chat is None else f"{chat['answered']}/{chat['valid']}",
         "-" if chat is None else _ms(chat["latency"]["all"]["p99_ms"]),
@@ -175,7 +177,7 @@ def main() -> None:
     print_table(
         "the show carrying itself, per case",
         ["case", "s", "speaking", "longest silence s", "seconds by role (share/weights)", "verbatim", "repeated",
-         "max banter", "seg drift s", "answered", "reply p99 ms", "gift p99 ms", "wait behind own p50/p99 ms",
+         "own lines from", "max banter", "seg drift s", "answered", "reply p99 ms", "gift p99 ms", "wait behind own p50/p99 ms",
          "no/2 outcomes", "divergences"],
         [_row(r) for r in results],
     )

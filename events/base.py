@@ -1,9 +1,39 @@
 """The event envelope, the type registry and payload validation.
 
-Every event is a frozen, slotted dataclass: the envelope fields below plus the
-payload fields a family module declares.  A registry maps the stable type string
-(``danmaku.received``) to its class; the codec looks classes up there and never
-uses Python import paths on the wire.
+Every event is a frozen, slotted dataclass: the envelope (``ENVELOPE_FIELDS``) plus the payload
+fields its family module (``events.danmaku``, ``events.cue``, ...) declares.  A registry maps the
+stable type string (``danmaku.received``) to its class; the codec looks classes up there and
+never uses Python import paths on the wire.
+
+The envelope:
+
+- ``id``: the event's name, unique in the store and sent as the message's ``Nats-Msg-Id``, so
+  that JetStream drops a second publish of it within the stream's duplicate window
+  (``events.subjects``).  What an actor emits gets an id derived from its cause
+  (``derive_id(parent, discriminator)``: BLAKE2b of ``"parent/discriminator"``, 10 bytes as 20 hex
+  characters), so handling the same input again (a redelivery, a takeover, re-execution) gives
+  the same ids.  The roots are named by whoever publishes them: ``<run>-start``, ``<run>-end`` and
+  ``<run>-script-<i>`` by the show's process; a producer's danmaku by the producer, else by its
+  ``Nats-Msg-Id``, else ``<family>-<stream sequence>`` (the runtime fills it in as it decodes).
+- ``run``: the run it belongs to (a subject token: it is in the event's subject too).
+- ``role``: the role it concerns, if one (then the last token of its subject).
+- ``causation``: the id of the event whose handling emitted it; None for a root (a viewer's
+  comment, ``run.started``).
+- ``correlation``: the id of the chain's root, for a reply the danmaku it answers, carried by
+  every event that follows from it, so that ``troupe inspect RUN --correlation ID`` follows one
+  comment through its cue, reply, speech and visemes to the frames that show it.
+- ``t_ms``: show time, in ms since the run's ``started_at_ms``: the clock handlers decide by,
+  and the one re-execution replays.
+- ``at_ms``: wall-clock ms when it was emitted (stamped as it is published when it has none;
+  a producer's message without one gets its stream timestamp as it is decoded).
+
+Encoding lives in ``events.codec``: a JSON object of ``type``, ``v``, the envelope and
+``payload``; an event with a ``blob`` field (audio, a frame's JPEG) travels as the JSON framed
+with its raw bytes after it, never base64.  ``v`` is the payload's schema version: an older
+payload is brought up to date on decode by the class's ``upcasters``, one version at a time.
+Decoding ignores payload fields it does not know, rejects types it does not know
+(``UnknownEventType``), checks each payload field against its annotation (``check_value``), and
+names the field that is wrong (``DecodeError``).
 """
 
 from __future__ import annotations

@@ -36,6 +36,10 @@ class CueIssued(Event):
     # writer, a line of the show's own, openers off); the writer goes on from it.
     opener: str = ""
     gift: bool = False        # the viewer sent a gift (``text`` is its message): the reply thanks them
+    point: int = -1           # a point on the brief: the segment's points in the role's language said before it
+    # Show time the stage plans the reply's speech to begin (0: not planned).  A reply asked for
+    # on deck, while another is spoken, has until then to be written.
+    begins_ms: int = 0
 
     @property
     def self_driven(self) -> bool:
@@ -95,4 +99,22 @@ class StagePaced(Event):
     opener_ms: int
     max_sentences: dict[str, int]
     reason: str
+    heard_ms: int = 0
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FloorFollowed(Event):
+    """The director took in where a reply's speech was placed (``danmaku.placed``): the floor is
+    now planned to free at ``free_ms`` (the speech placed, the natural pause after it, and
+    estimates only for what is not placed yet), and the next reply is asked for ``ahead_ms``
+    before that.  ``heard_ms``: when it took the placement in (re-execution hands it over then)."""
+
+    type = "cue.floor"
+    utterance: str
+    start_ms: int
+    end_ms: int
+    done: bool
+    free_ms: int
+    ahead_ms: int
     heard_ms: int = 0

@@ -6,21 +6,46 @@ only ``type`` and ``payload.text`` are required (see README).
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 
 from events.base import Event, registry
+
+MAX_VIEWER_CHARS = 160
+# "<platform>:<its id>": a lower-case namespace, then the platform's id (no spaces or controls)
+_VIEWER = re.compile(r"[a-z][a-z0-9_-]{0,15}:[^\s\x00-\x1f\x7f]+")
+_PLATFORM = re.compile(r"[a-z][a-z0-9_-]{0,15}")
 
 
 @registry.register
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DanmakuReceived(Event):
-    """A viewer's comment; ``to`` optionally addresses one role."""
+    """A viewer's comment; ``to`` optionally addresses one role.
+
+    ``user`` is the name shown for the viewer.  Where a platform identifies them, ``viewer`` is
+    their platform-namespaced id (``twitch:<user-id>``, ``bili:<uid>``, ``yt:<channel id>``), the
+    one the stage knows them by across renames, and ``platform`` names where the comment came
+    from; a gift carries its ``value`` in ``currency`` as the platform counts it, and ``badges``
+    what the platform says the viewer is (``moderator``, ``subscriber``, ``member``...).
+    """
 
     type = "danmaku.received"
     text: str
     user: str = ""
     to: str | None = None
     kind: str = "comment"
+    viewer: str = ""
+    platform: str = ""
+    value: float = 0.0
+    currency: str = ""
+    badges: tuple[str, ...] = ()
+    source_id: str = ""  # the platform's own id of the message ("twitch:<id>"), where it came from one
+
+    @property
+    def who(self) -> str:
+        """The viewer as the stage tells them apart: their platform id, else the name given."""
+        return self.viewer or self.user
 
 
 @registry.register
@@ -47,6 +72,22 @@ class DanmakuSkipped(Event):
     user: str = ""
     text: str = ""
     heard_ms: int = 0
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DanmakuGap(Event):
+    """A platform bridge's connection was down: from when until when (wall-clock ms), why, and
+    what the platform says was missed meanwhile (``missed`` -1: it does not say)."""
+
+    type = "danmaku.gap"
+    platform: str
+    source: str
+    from_ms: int
+    until_ms: int
+    reason: str
+    missed: int = -1
+    detail: str = ""
 
 
 CONTROLS = ("say", "segment", "hold", "resume")
@@ -88,3 +129,39 @@ class RolePaceMeasured(Event):
     speech_ms: int = 0           # 0: no sentence spoken yet
     opener_ms: int = 0           # 0: no opener (an instant writer, or openers off)
     replies: int = 0             # how many replies the numbers come from
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpeechPlaced(Event):
+    """Where a reply's speech is on the show timeline, as lipsync placed it: told when its first
+    sentence is placed (``start_ms``) and when nothing more of it will be (``done``: its last
+    sentence placed, or the rest dropped or cut; ``start_ms`` -1 when none of it was spoken).
+    ``end_ms`` is where its speech placed so far ends, ``floor_ms`` where all speech placed so far
+    ends: the floor is free from then on.
+
+    Published by lipsync on ``troupe.<run>.danmaku.placed[.<role>]``: in the danmaku stream, so that
+    the director plans the floor from the speech actually placed, in one order with the chat,
+    which re-execution reproduces."""
+
+    type = "danmaku.placed"
+    utterance: str
+    start_ms: int = -1
+    end_ms: int = 0
+    done: bool = False
+    floor_ms: int = 0
+
+
+def viewer_problem(event: DanmakuReceived) -> str | None:
+    """What is wrong with a danmaku's viewer fields (one line), or None."""
+    if event.viewer and (len(event.viewer) > MAX_VIEWER_CHARS or not _VIEWER.fullmatch(event.viewer)):
+        return f"viewer {event.viewer[:40]!r} is not <platform>:<id> (at most {MAX_VIEWER_CHARS} characters)"
+    if event.platform and not _PLATFORM.fullmatch(event.platform):
+        return f"platform {event.platform[:40]!r} is not a lower-case name"
+    if not math.isfinite(event.value) or event.value < 0:
+        return f"value {event.value} is not a finite amount of 0 or more"
+    if len(event.currency) > 16 or any(c.isspace() or not c.isprintable() for c in event.currency):
+        return f"currency {event.currency[:40]!r} is not a short code"
+    if len(event.badges) > 16 or any(len(b) > 32 or not _PLATFORM.fullmatch(b) for b in event.badges):
+        return "badges must be at most 16 lower-case names"
+    return None

@@ -32,6 +32,8 @@ class RoleDeclared(Event):
     llm_model: str | None = None
     llm_adapter: str | None = None
     llm_openers: tuple[str, ...] = ()
+    material: tuple[str, ...] = ()
+    signoff: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, run: str, spec: RoleSpec) -> RoleDeclared:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from events.errors import ConfigError
+from events.sources import Source, SourceError, sources_from
 from events.subjects import is_token
 
 # The stage's resolutions, largest first: (width, height) by name.  The one table: settings,
@@ -58,6 +59,12 @@ class RoleSpec:
     # Short lines the role opens a model reply with while the model writes ("{user}" is the
     # viewer's name); empty: the scripted writer's, chosen by what the comment is.
     llm_openers: tuple[str, ...] = ()
+    # What the role has to say of its own, in its own voice (stories, facts, catchphrases): the
+    # scripted writer's lines of the show's own are drawn from it (and a model is told of it).
+    material: tuple[str, ...] = ()
+    # How the role says goodbye as the show ends (said as written, each once, the longest that
+    # still fits first); empty: the stage's own sign-offs in the role's language.
+    signoff: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +101,7 @@ class Segment:
     then: str = "next"
     topics: tuple[str, ...] = ()     # what it talks about, in a few words (default: its title)
     background: str = ""             # the stage's back wall while it runs (see Show.background); "": the show's
+    points: tuple[str, ...] = ()     # points on its brief, written out: the lines its roles make of it
 
     @property
     def roles(self) -> tuple[str, ...]:
@@ -126,6 +134,7 @@ class Show:
     # show is loaded (run.started), so that frames are drawn again only with the same pictures.
     background: str = ""
     art: tuple[tuple[str, str], ...] = ()
+    sources: tuple[Source, ...] = ()  # live chats bridged into the show (events.sources)
 
     @property
     def rundown(self) -> tuple[Segment, ...]:
@@ -134,6 +143,11 @@ class Show:
 
     def role(self, role_id: str) -> RoleSpec | None:
         return next((r for r in self.roles if r.id == role_id), None)
+
+    @property
+    def has_material(self) -> bool:
+        """Whether the show gives its roles anything to say of their own (material, points)."""
+        return any(r.material for r in self.roles) or any(g.points for g in self.segments)
 
     def background_of(self, segment: str | None) -> str:
         """The back wall while segment ``segment`` (a title; None: before any) runs."""
@@ -163,6 +177,8 @@ class Show:
                              **({"avatar": r.avatar, "avatar_digest": r.avatar_digest} if r.avatar else {})},
                     "llm": {"backend": r.llm_backend, "model": r.llm_model, "adapter": r.llm_adapter,
                             "openers": list(r.llm_openers)},
+                    **({"material": list(r.material)} if r.material else {}),
+                    **({"signoff": list(r.signoff)} if r.signoff else {}),
                 }
                 for r in self.roles
             ],
@@ -173,9 +189,11 @@ class Show:
             "segments": [
                 {"title": g.title, "brief": g.brief, "length": g.length_s, "leads": list(g.leads),
                  "joins": list(g.joins), "lines": [{"text": x.text, "role": x.role} for x in g.lines],
-                 "then": g.then, "topics": list(g.topics), **({"background": g.background} if g.background else {})}
+                 "then": g.then, "topics": list(g.topics), **({"background": g.background} if g.background else {}),
+                 **({"points": list(g.points)} if g.points else {})}
                 for g in self.segments
             ],
+            **({"sources": [s.to_dict() for s in self.sources]} if self.sources else {}),
         }
 
 
@@ -237,8 +255,26 @@ def _role(doc: Mapping[str, Any], i: int) -> RoleSpec:
         avatar=_get(look, "avatar", str, f"{where}.look", ""),
         avatar_digest=_get(look, "avatar_digest", str, f"{where}.look", ""),
         llm_backend=llm_backend, llm_model=llm_model, llm_adapter=llm_adapter,
-        llm_openers=tuple(o.strip() for o in openers),
+        llm_openers=tuple(o.strip() for o in openers), material=_said(doc, "material", where),
+        signoff=_said(doc, "signoff", where),
     )
+
+
+MAX_SAID_CHARS = 300
+MAX_SAID = 500
+
+
+def _said(doc: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    """A list of lines a role may say (a role's material, a segment's points)."""
+    lines = _get(doc, key, list, where, [])
+    if len(lines) > MAX_SAID:
+        raise ShowError(f"{where}.{key}: {len(lines)} lines, at most {MAX_SAID}")
+    for k, line in enumerate(lines):
+        if not isinstance(line, str) or not 1 <= len(line.strip()) <= MAX_SAID_CHARS:
+            raise ShowError(f"{where}.{key}[{k}]: a line is a string of 1 to {MAX_SAID_CHARS} characters")
+        if "{" in line or "}" in line:
+            raise ShowError(f"{where}.{key}[{k}]: {line[:40]!r}: said as written, so no {{placeholders}}")
+    return tuple(line.strip() for line in lines)
 
 
 def _roles_of(doc: Mapping[str, Any], key: str, where: str, known: set[str]) -> tuple[str, ...]:
@@ -287,6 +323,7 @@ def _segment(doc: Any, i: int, known: set[str]) -> Segment:
         joins=_roles_of(doc, "joins", where, known), lines=lines, then=_get(doc, "then", str, where, "next"),
         topics=_topics(doc, where) or (title,), background=background(_get(doc, "background", str, where, ""),
                                                                      f"{where}.background"),
+        points=_said(doc, "points", where),
     )
 
 
@@ -341,7 +378,15 @@ def show_from_dict(doc: Mapping[str, Any]) -> Show:
         segments=_rundown(doc, roles),
         background=background(_get(meta, "background", str, "show", ""), "show.background"),
         art=tuple((str(a[0]), str(a[1])) for a in _get(meta, "art", list, "show", [])),
+        sources=_sources(doc, roles),
     )
+
+
+def _sources(doc: Mapping[str, Any], roles: tuple[RoleSpec, ...]) -> tuple[Source, ...]:
+    try:
+        return sources_from(doc.get("sources", []), {r.id for r in roles})
+    except SourceError as exc:
+        raise ShowError(str(exc)) from None
 
 
 def show_from_toml(text: str) -> Show:

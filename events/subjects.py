@@ -1,6 +1,28 @@
 """Subject names and the JetStream streams, one per event family.
 
-Subjects are ``troupe.<run>.<family>.<name>[.<role>]``.
+An event travels on ``troupe.<run>.<family>.<name>[.<role>]``: its type (``cue.issued``) after
+its run, and the role it concerns, if any, last (``subject_for``), so that a consumer filters a
+run, a family or a role with wildcards and a NATS user's permissions name what it may publish.
+Two subjects are kept for a moderator's credentials (``app.natsauth``): moderator lines
+(``troupe.<run>.danmaku.received.moderator``), which take the floor, and the operator's controls
+(``troupe.<run>.danmaku.control``: say, segment, hold, resume).
+
+Each family (``FAMILIES``) has a stream of its own, ``TROUPE_<FAMILY>``, holding
+``troupe.*.<family>.>`` for every run, with limits-based retention (the oldest messages go first):
+
+- ``frame``: ``TROUPE_FRAME_MAX_AGE_S`` (600 s by default), 8 GiB, 8 MiB a message: frames are
+  large and short-lived (the store keeps their digests, ``TROUPE_STORE_FRAMES``);
+- ``audio``: 7 days, 8 GiB, 1 MiB a message;
+- ``danmaku``: 7 days, 2 GiB, 4 MiB a message, room for an oversized comment so that the
+  director turns it away (``danmaku.rejected``) instead of NATS refusing it unseen;
+- the others (``run``, ``role``, ``cue``, ``utterance``, ``viseme``, ``qos``, ``output``,
+  ``error``): 7 days, 2 GiB, 1 MiB a message.
+
+``infra.bus.provision_streams`` creates them from ``stream_specs``, or updates them when they
+drift: file storage, ``TROUPE_STREAM_REPLICAS`` copies on a cluster, and a 120 s duplicate
+window, within which a message whose ``Nats-Msg-Id`` (the event's id: ``events.base``) was
+stored already is dropped: a redelivered input's outputs, a producer's retry.  What outlives the
+streams is the store's (``store.schema``): ``replay``, ``inspect`` and ``export`` read from it.
 """
 
 from __future__ import annotations

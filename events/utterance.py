@@ -36,6 +36,7 @@ class UtteranceCompleted(Event):
     chunks: int
     backend: str            # the writer, with its model and sampling where it has them
     blocked: int = 0        # sentences the blocklist replaced with a deflection
+    source: str = ""        # where its words came from: "model", "material" (the show's), "template", "verbatim"
 
 
 @registry.register

@@ -128,6 +128,10 @@ class Lease:
                     await _sleep(POLL_S, stop)
                     continue
                 self.revision = revision
+            except nats.js.errors.KeyNotFoundError:
+                # The key was there when the create was refused and expired before the client
+                # looked again (nats-py's create checks for a tombstone): free now, tried at once.
+                continue
             except (nats.errors.TimeoutError, nats.errors.ConnectionClosedError, nats.errors.NoRespondersError,
                     nats.js.errors.ServiceUnavailableError, nats.js.errors.NoStreamResponseError) as exc:
                 log.warning("lease %s: %s; trying again", self.key, type(exc).__name__)

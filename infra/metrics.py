@@ -29,7 +29,7 @@ from events.viseme import VisemeTrack
 
 SKIP_REASONS = ("stale", "superseded", "user_waiting", "show_ending", "run_ending", "on_hold")  # actors.director.SKIP_DETAIL
 CUE_REASONS = ("chat", "line", "brief", "follow_up", "invitation", "say")  # events.cue.CueIssued.reason
-DROP_REASONS = ("deadline", "interrupted", "unknown_role", "writer_failed", "superseded", "other")  # a reply dropped on purpose
+DROP_REASONS = ("deadline", "interrupted", "unknown_role", "writer_failed", "superseded", "yielded", "show_end", "other")  # a reply dropped on purpose
 OUTPUTS = ("rtmp", "hls")
 _LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12)
 # Libraries whose own metrics (in prometheus_client's default registry) a process serves too.
@@ -110,6 +110,21 @@ class Metrics:
         self._spoken_until: dict[str, int] = {}  # run -> end of the speech placed so far (bounded)
         self.output_drops = Counter("troupe_output_drops", "Live output connections lost or refused", ["output"], registry=r)
         self.output_reconnects = Counter("troupe_output_reconnects", "Live outputs connected again", ["output"], registry=r)
+        # A platform bridge (troupe bridge): per platform, what arrived and how the connection held.
+        self.bridge_connected = Gauge("troupe_bridge_connected", "1 while the bridge's platform connection is up",
+                                      ["platform"], registry=r)
+        self.bridge_messages = Counter("troupe_bridge_messages", "Viewers' messages a bridge received, by kind",
+                                       ["platform", "kind"], registry=r)
+        self.bridge_notices = Counter("troupe_bridge_notices", "Other things a platform sent (counted, not published)",
+                                      ["platform", "name"], registry=r)
+        self.bridge_skipped = Counter("troupe_bridge_skipped", "Messages a bridge did not publish as danmaku, by why",
+                                      ["platform", "reason"], registry=r)
+        self.bridge_reconnects = Counter("troupe_bridge_reconnects", "Platform connections made again after a drop",
+                                         ["platform"], registry=r)
+        self.bridge_lag = Histogram("troupe_bridge_lag_seconds", "From the platform's timestamp to the JetStream ack",
+                                    ["platform"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30), registry=r)
+        self.bridge_publish = Histogram("troupe_bridge_publish_seconds", "From a message read off the socket to its ack",
+                                        ["platform"], buckets=_LATENCY_BUCKETS, registry=r)
         # Every bounded label set starts at 0, so a dashboard shows "none yet" rather than no data.
         for outcome in ("cue", "merged"):
             self.danmaku_outcomes.labels(outcome, "")
@@ -197,9 +212,12 @@ def _bounded(label: str) -> str:
 
 def drop_reason(text: str) -> str:
     """The kind of a dropped reply's reason (its text carries numbers and ids: never a label)."""
-    for kind in ("deadline", "interrupted", "superseded"):
-        if text.startswith(kind):
+    head = text.split(":", 1)[0]
+    for kind in ("deadline", "interrupted", "superseded", "yielded"):
+        if kind in head:
             return kind
+    if text.startswith("the show ends"):
+        return "show_end"
     if text.startswith("writer failed"):
         return "writer_failed"
     return "unknown_role" if text.startswith("role ") else "other"

@@ -1,18 +1,31 @@
-"""Typed settings, read once from ``TROUPE_*`` environment variables and passed down."""
+"""Typed settings, read once from ``TROUPE_*`` environment variables and passed down.
+
+Each field of ``Settings`` is one setting: its variable is ``TROUPE_<NAME>`` (or
+``TROUPE_<NAME>_FILE``, a file holding the value: a container secret), its doc is the field's
+``doc`` metadata, and the reference page (``python -m app.reference``) is made from them.
+
+The determinism contract: the settings in ``RUN_SETTINGS`` shape what the deterministic actors
+emit, so ``troupe up`` records them in ``run.started`` and every process that handles the run,
+and re-execution (``troupe replay --verify``), follows the recorded values, not its own.  A new
+setting that changes what the director, lipsync or the renderer emits belongs there.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from events.errors import ConfigError
 from events.show import RESOLUTIONS
 from events.subjects import is_token
+from infra.logs import FORMATS as LOG_FORMATS
 
 
 class SettingsError(ConfigError):
@@ -20,68 +33,109 @@ class SettingsError(ConfigError):
 
 
 _DEVICE = re.compile(r"cpu|auto|cuda(:[0-9]+)?")
+T = TypeVar("T")
+
+
+def setting(default: T, doc: str, *, secret: bool = False) -> T:
+    """A field of ``Settings`` with its one-line doc; a secret is left out of the settings' repr."""
+    return field(default=default, metadata={"doc": doc}, repr=not secret)
 
 
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Every knob of a Troupe process; each field has a ``TROUPE_<NAME>`` variable."""
 
-    nats_url: str | None = None          # None: start an embedded nats-server
-    store_url: str | None = None         # None: SQLite file under state_dir
-    state_dir: Path = Path(".troupe")    # embedded NATS data, SQLite store
-    out_dir: Path = Path("out")
-    metrics_port: int = 0                # 0: a free port; -1: no metrics endpoint
-    metrics_host: str = "127.0.0.1"      # 0.0.0.0: scrapable from other hosts (containers)
-    resolution: str = "720p"
-    fps: int = 25
-    seed: int = 7
-    max_deliver: int = 5
-    ack_wait_s: float = 30.0
-    nak_backoff_s: float = 0.2
-    fetch_batch: int = 64
-    max_inflight: int = 256
-    merge_window_ms: int = 1500
-    max_danmaku_chars: int = 200
-    blocklist: tuple[str, ...] = ()
-    cue_deadline_ms: int = 8000          # a reply's speech must start this soon after its cue
-    stage_backlog_ms: int = 4000         # speech asked for and not yet spoken stays under this
-    self_driven: str = "on"              # "off": the show speaks only when the chat asks (no rundown)
-    idle_gap_ms: int = 500               # when nobody waits, the show speaks this long after the speech before
-    banter_turns: int = 4                # turns between roles before one goes to the chat
-    llm_backend: str = "scripted"        # a name in actors.backends.registry.LLM
-    llm_max_sentences: int = 3
-    llm_first_sentence_ms: int = 3000    # a model with no sentence by then is stopped: the scripted line instead (0: wait)
-    openers: str = "on"                  # "off": a model reply starts with the model's first sentence
-    tts_backend: str = "espeak"          # a name in actors.backends.registry.TTS (a role may name its own)
-    render_device: str = "cpu"           # "cpu", "cuda", "cuda:N", or "auto" (CUDA when there is one)
-    jpeg_quality: int = 80
-    face_ease_ms: int = 250              # a face eases into a new expression (and turns) over this long
-    face_hold_ms: int = 1200             # ... and keeps an expression at least this long
-    face_linger_ms: int = 1500           # ... and goes back to neutral this long after a reply ends
-    frame_max_age_s: float = 600.0
-    stream_replicas: int = 1             # copies of each stream in a JetStream cluster (3: survives a node's loss)
-    lease_ttl_s: float = 1.5             # a standby takes over the director, lipsync, render or sink this long after its holder died
-    slow_render_ms: float = 0.0
-    render_delay_ms: int = 5
-    join_window_s: float = 30.0
-    run_grace_s: float = 30.0            # a worker keeps an ended run's state this long, then releases it
-    run_idle_s: float = 3600.0           # ... and a run's that never ended once idle this long
-    store_frames: str = "digest"         # "full" JPEGs, or "digest" (hash and size) only
-    scheduler: str = "troupe"            # llm/tts queue order: "troupe" (role priority) or "fifo"
-    interrupt_priority: float = 4.0      # a cue at least this urgent takes the floor
-    role_wait_budget_ms: int = 4000      # QoS raises a role's weight while its work waits longer
-    video_crf: int = 23
-    video_preset: str = "veryfast"
-    video_threads: int = 1               # x264 threads per show (0: x264 picks, 1.5 per core: less wall time, 16% more CPU)
-    sink_nice: int = 10                  # the sink's encoding thread yields the cores to the renderer (0: equal)
-    rtmp_url: str | None = None          # a live RTMP ingest the sink pushes each run to (FLV, H.264 + AAC)
-    hls_dir: Path | None = None          # a live HLS playlist per run under here: <dir>/<run>/index.m3u8
-    live_keyint_s: float = 2.0           # keyframe interval with a live output (where a viewer joins, a drop resumes)
-    live_bitrate_kbps: int = 2500        # the video's bitrate cap with a live output
-    http_host: str = "127.0.0.1"         # the HTTP endpoint's address (0.0.0.0: reachable from other hosts)
-    http_port: int = 8750                # troupe serve: POST /runs/RUN/danmaku
-    preview_token: str | None = None     # the token that may send danmaku over HTTP; None: nobody may
-    extra: Mapping[str, str] = field(default_factory=dict)
+    # Where things are
+    nats_url: str | None = setting(None, "the NATS server, or several comma-separated (a cluster's nodes: a client fails over to the others); unset: troupe up starts an embedded one")
+    store_url: str | None = setting(None, "the event store: sqlite:///path.db or postgresql://user@host:port/db; unset: SQLite in the state dir")
+    state_dir: Path = setting(Path(".troupe"), "the embedded NATS server's data and the SQLite store")
+    out_dir: Path = setting(Path("out"), "where the sink writes <run>.mp4")
+    metrics_port: int = setting(0, "the Prometheus /metrics port (0: a free one, printed; -1: no metrics endpoint)")
+    metrics_host: str = setting("127.0.0.1", "the address /metrics binds (0.0.0.0: scrapable from other hosts and containers)")
+    log_format: str = setting("text", "log lines: text, or json (one object per line, with the actor, run, role and correlation of the event being handled)")
+    # The show clock and the stage
+    resolution: str = setting("720p", "the stage's size: 1080p, 720p, 480p or 360p")
+    fps: int = setting(25, "frames per second of the show clock (1 to 60)")
+    seed: int = setting(7, "the run's seed (replies, blink phases)")
+    # Delivery
+    max_deliver: int = setting(5, "deliveries of an input before it is dead-lettered")
+    ack_wait_s: float = setting(30.0, "an input not acked this long is delivered again")
+    nak_backoff_s: float = setting(0.2, "the first delay before a failed input is tried again (doubled each time)")
+    fetch_batch: int = setting(64, "the most messages an actor fetches at once")
+    max_inflight: int = setting(256, "the most unacked inputs per actor process")
+    # The director
+    merge_window_ms: int = setting(1500, "near-identical danmaku within this window (or while the first one's reply waits or is spoken) share a cue; 0: no merging")
+    max_danmaku_chars: int = setting(200, "longer comments are rejected")
+    blocklist: tuple[str, ...] = setting((), "comma-separated blocked words, added to the show's (for danmaku and for what a model writes)")
+    cue_deadline_ms: int = setting(8000, "a reply's speech must start this soon after its cue, or it is dropped with an event")
+    stage_backlog_ms: int = setting(4000, "speech asked for and not yet spoken stays under this; replies are shortened to fit")
+    self_driven: str = setting("on", "off: the show speaks only when the chat asks (no rundown turns)")
+    idle_gap_ms: int = setting(0, "when nobody waits, the show's own line is asked this much later: up to this much more silence (0 to 10000)")
+    reply_pause_ms: int = setting(200, "the pause lipsync leaves between two replies, a turn gap in talk (0 to 3000)")
+    deck_ms: int = setting(1500, "the next reply is asked for this long before the floor frees, so it is ready on deck (0 to 10000)")
+    banter_turns: int = setting(4, "at most this many turns between roles before one goes to the chat")
+    # Replies
+    llm_backend: str = setting("scripted", "the LLM backend: scripted, transformers, llama_cpp, openai or vllm (troupe up --llm)")
+    llm_max_sentences: int = setting(3, "the longest reply, in sentences")
+    llm_max_tokens: int = setting(0, "a model reply's budget of new tokens (0: the backend's own, 72 to 80): a shorter reply holds the floor less long")
+    llm_first_sentence_ms: int = setting(3000, "a model with no first sentence this long after it began is stopped and the scripted line said instead (0: wait)")
+    openers: str = setting("on", "off: a model reply starts with the model's first sentence, no opener said while it writes")
+    llama_model: str | None = setting(None, "the llama_cpp backend's GGUF file (a role's llm.model overrides it); unset: the shipped Qwen2.5-Coder-0.5B")
+    llama_threads: int | None = setting(None, "the llama_cpp backend's decoding threads; unset: the CPUs but one, 1 to 4")
+    llama_contexts: int = setting(4, "roles the llama_cpp backend keeps a context of their own for (about 100 MB each)")
+    openai_base_url: str | None = setting(None, "the openai backend's server, e.g. http://127.0.0.1:11434/v1 (Ollama) or a llama.cpp server's")
+    openai_model: str | None = setting(None, "the model field of the openai backend's requests (a role's llm.model overrides it)")
+    openai_api_key: str | None = setting(None, "the openai backend's bearer key", secret=True)
+    openai_timeout_s: float = setting(10.0, "the openai backend's limit on connecting, the first token and any pause between two tokens")
+    vllm_model: str | None = setting(None, "the vllm backend's model: a folder in the Hugging Face format (a role's llm.model overrides it)")
+    vllm_engine: str = setting("", "a JSON object of vLLM engine arguments over Troupe's defaults, e.g. {\"gpu_memory_utilization\": 0.5}")
+    # Voices and faces
+    tts_backend: str = setting("espeak", "the TTS backend of roles whose voice names none: espeak or onnx (troupe up --tts)")
+    face_ease_ms: int = setting(250, "a face eases into a new expression, and turns, over this long (at most the hold)")
+    face_hold_ms: int = setting(1200, "a face keeps an expression at least this long")
+    face_linger_ms: int = setting(1500, "a face goes back to neutral this long after a reply ends")
+    # Rendering
+    render_device: str = setting("cpu", "where the renderer draws: cpu, cuda, cuda:N, or auto (CUDA when there is one)")
+    jpeg_quality: int = setting(80, "the frames' JPEG quality")
+    frame_max_age_s: float = setting(600.0, "how long the frame stream keeps frames")
+    slow_render_ms: float = setting(0.0, "fault injection: each frame costs this many ms more")
+    render_delay_ms: int = setting(5, "how long after its show time a frame is drawn")
+    # Streams, standbys and run lifetimes
+    stream_replicas: int = setting(1, "copies of each stream on a JetStream cluster's nodes (1 to 5; 3 survives a node's loss)")
+    lease_ttl_s: float = setting(1.5, "a standby takes over the director, lipsync, renderer or sink this long after its holder died (0.3 to 60)")
+    join_window_s: float = setting(30.0, "the renderer and the sink join a run only this soon after its start")
+    run_grace_s: float = setting(30.0, "a worker keeps an ended run's state this long, then releases it")
+    run_idle_s: float = setting(3600.0, "... and a run's that never ended once idle this long")
+    store_frames: str = setting("digest", "digest: frames stored as SHA-256 and size only; full: the JPEGs too")
+    # Scheduling and QoS
+    scheduler: str = setting("troupe", "the llm and tts queues' order: troupe (role priority) or fifo")
+    interrupt_priority: float = setting(4.0, "a cue at least this urgent takes the floor from the speaking reply")
+    role_wait_budget_ms: int = setting(4000, "QoS raises a role's weight while its oldest work waits longer than this")
+    # The video and live outputs
+    video_crf: int = setting(23, "H.264 quality (lower: better and larger)")
+    video_preset: str = setting("veryfast", "the x264 preset (speed against size)")
+    video_threads: int = setting(1, "x264 threads per show (0: x264 picks, 1.5 per core: less wall time, about 16% more CPU)")
+    sink_nice: int = setting(10, "the sink's encoding thread yields the cores to the renderer by this much (0: equal; Linux)")
+    rtmp_url: str | None = setting(None, "a live RTMP ingest the sink pushes each run to (FLV, H.264 and AAC; troupe up --rtmp)")
+    hls_dir: Path | None = setting(None, "a live HLS playlist per run under here: <dir>/<run>/index.m3u8 (troupe up --hls)")
+    live_keyint_s: float = setting(2.0, "the keyframe interval with a live output (where a viewer joins, a drop resumes)")
+    live_bitrate_kbps: int = setting(2500, "the video's bitrate cap with a live output")
+    # HTTP
+    http_host: str = setting("127.0.0.1", "the address troupe serve and the preview page bind (0.0.0.0: reachable from other hosts)")
+    http_port: int = setting(8750, "the port of troupe serve (POST /runs/RUN/danmaku) and the preview page (0: a free one)")
+    preview_token: str | None = setting(None, "the token that may send danmaku over HTTP and from the preview page; unset: nobody may", secret=True)
+    # Platform chats (troupe bridge, a show's [[sources]])
+    twitch_nick: str = setting("", "the Twitch account the bridge logs in as (with TROUPE_TWITCH_TOKEN); unset: anonymous, read only")
+    twitch_token: str | None = setting(None, "that account's OAuth token (scopes chat:read, and chat:edit to post replies)", secret=True)
+    twitch_post_replies: bool = setting(False, "post each reply to a Twitch viewer back into the chat as the account (opt-in; within Twitch's rate limits)")
+    bilibili_cookie: str | None = setting(None, "a logged-in Bilibili cookie (SESSDATA=...; DedeUserID=...; buvid3=...); unset: Bilibili masks viewers' names and sends uid 0", secret=True)
+    bilibili_app_id: int = setting(0, "the Bilibili Open Live app's id (the code route: sources' code, troupe bridge bilibili --code)")
+    bilibili_key_id: str = setting("", "the Open Live app's access key id")
+    bilibili_key_secret: str | None = setting(None, "the Open Live app's access key secret", secret=True)
+    youtube_api_key: str | None = setting(None, "a YouTube Data API key (a public stream's chat, read only)", secret=True)
+    youtube_oauth_token: str | None = setting(None, "a YouTube OAuth access token instead of a key (scope youtube.readonly)", secret=True)
+    youtube_quota: int = setting(10000, "the YouTube Data API units a day the bridge may spend (each poll of the chat costs 5)")
+    extra: Mapping[str, str] = field(default_factory=dict, metadata={"doc": "free-form settings for an embedding app (no variable)"})
 
     def replace(self, **changes: object) -> Settings:
         """A copy with some fields changed (settings are never mutated)."""
@@ -90,6 +144,11 @@ class Settings:
 
 def _convert(name: str, raw: str, kind: type) -> object:
     try:
+        if kind is bool:
+            word = raw.strip().lower()
+            if word not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
+                raise ValueError(raw)
+            return word in ("1", "true", "yes", "on")
         if kind is int:
             return int(raw)
         if kind is float:
@@ -118,11 +177,25 @@ def _kind(annotation: object) -> type:
 _KINDS: dict[str, type] = {
     name: _kind(hint) for name, hint in typing.get_type_hints(Settings).items() if name != "extra"
 }
+# Every setting read from the environment, in the order of the Settings fields.
+SETTINGS: tuple[str, ...] = tuple(_KINDS)
+
+
+def variable(name: str) -> str:
+    """The environment variable of a setting (``TROUPE_<NAME>``; ``<it>_FILE`` names a file holding it)."""
+    return f"TROUPE_{name.upper()}"
+
+
+def doc(name: str) -> str:
+    """A setting's one-line doc ("" when it has none: a test keeps every setting documented)."""
+    return str(Settings.__dataclass_fields__[name].metadata.get("doc", ""))
+
 # Settings that shape what the deterministic actors emit: recorded in run.started, followed by
 # every process that handles the run and by re-execution.
 RUN_SETTINGS = (
     "merge_window_ms", "max_danmaku_chars", "blocklist", "cue_deadline_ms", "jpeg_quality", "interrupt_priority",
-    "stage_backlog_ms", "self_driven", "idle_gap_ms", "banter_turns", "openers", "llm_backend",
+    "stage_backlog_ms", "self_driven", "idle_gap_ms", "reply_pause_ms", "deck_ms", "banter_turns", "openers",
+    "llm_backend",
     "face_ease_ms", "face_hold_ms", "face_linger_ms",
 )
 
@@ -143,9 +216,9 @@ def load_settings(environ: Mapping[str, str] | None = None, **overrides: object)
     env = os.environ if environ is None else environ
     values: dict[str, object] = {}
     for name, kind in _KINDS.items():
-        raw = env.get(f"TROUPE_{name.upper()}")
-        if (raw is None or raw == "") and env.get(f"TROUPE_{name.upper()}_FILE"):
-            raw = _from_file(f"TROUPE_{name.upper()}_FILE", env[f"TROUPE_{name.upper()}_FILE"])
+        raw = env.get(variable(name))
+        if (raw is None or raw == "") and env.get(f"{variable(name)}_FILE"):
+            raw = _from_file(f"{variable(name)}_FILE", env[f"{variable(name)}_FILE"])
         if raw is not None and raw != "":
             values[name] = _convert(name, raw, kind)
     values.update({k: v for k, v in overrides.items() if v is not None})
@@ -178,6 +251,8 @@ def validate(settings: Settings) -> None:
     if not 0 <= settings.face_ease_ms <= settings.face_hold_ms or settings.face_linger_ms < 0:
         raise SettingsError("TROUPE_FACE_EASE_MS must be 0 to TROUPE_FACE_HOLD_MS (a face holds an expression at "
                             "least as long as it eases into it), and TROUPE_FACE_LINGER_MS 0 or more")
+    if not 0 <= settings.llm_max_tokens <= 4096:
+        raise SettingsError(f"TROUPE_LLM_MAX_TOKENS must be 0 (the backend's own) to 4096, not {settings.llm_max_tokens}")
     if settings.llm_first_sentence_ms < 0:
         raise SettingsError(f"TROUPE_LLM_FIRST_SENTENCE_MS must be 0 or more, not {settings.llm_first_sentence_ms}")
     if settings.llm_max_sentences < 1:
@@ -188,6 +263,10 @@ def validate(settings: Settings) -> None:
         raise SettingsError("TROUPE_SELF_DRIVEN must be 'on' or 'off'")
     if not 0 <= settings.idle_gap_ms <= 10000:
         raise SettingsError("TROUPE_IDLE_GAP_MS must be in 0..10000")
+    if not 0 <= settings.reply_pause_ms <= 3000:
+        raise SettingsError(f"TROUPE_REPLY_PAUSE_MS must be 0 to 3000, not {settings.reply_pause_ms}")
+    if not 0 <= settings.deck_ms <= 10000:
+        raise SettingsError(f"TROUPE_DECK_MS must be 0 to 10000, not {settings.deck_ms}")
     if settings.banter_turns < 1:
         raise SettingsError("TROUPE_BANTER_TURNS must be at least 1")
     if settings.scheduler not in ("troupe", "fifo"):
@@ -205,3 +284,23 @@ def validate(settings: Settings) -> None:
             raise SettingsError(f"TROUPE_{name.upper()} must be a backend name (letters, digits, _ or -)")
     if not _DEVICE.fullmatch(settings.render_device):
         raise SettingsError("TROUPE_RENDER_DEVICE must be 'cpu', 'cuda', 'cuda:N' or 'auto'")
+    _validate_more(settings)
+
+
+def _validate_more(settings: Settings) -> None:
+    """The logs' and the model backends' settings (the backends check them again where they are built)."""
+    if settings.log_format not in LOG_FORMATS:
+        raise SettingsError(f"TROUPE_LOG_FORMAT must be one of {', '.join(LOG_FORMATS)}")
+    for name in ("llama_threads", "llama_contexts"):
+        value = getattr(settings, name)
+        if value is not None and value < 1:
+            raise SettingsError(f"{variable(name)} must be a whole number of at least 1, not {value}")
+    if not settings.openai_timeout_s > 0:  # also refuses nan
+        raise SettingsError(f"TROUPE_OPENAI_TIMEOUT_S must be a number of seconds above 0, not {settings.openai_timeout_s}")
+    if settings.vllm_engine:
+        try:
+            engine = json.loads(settings.vllm_engine)
+        except json.JSONDecodeError as exc:
+            raise SettingsError(f"TROUPE_VLLM_ENGINE is not JSON: {exc}") from None
+        if not isinstance(engine, dict):
+            raise SettingsError("TROUPE_VLLM_ENGINE must be a JSON object of engine arguments")

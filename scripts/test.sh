@@ -6,10 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 # System packages some tests use: nginx with its RTMP module (an ingest for the live output),
-# chromium (the browser the preview page is tested in) and prometheus (promtool).
-PACKAGES="nginx-light libnginx-mod-rtmp chromium prometheus"
+# chromium (the browser the preview page is tested in), prometheus (promtool) and ngircd (a real
+# IRC server the Twitch connector is tested against).
+PACKAGES="nginx-light libnginx-mod-rtmp chromium prometheus ngircd"
 if ! { command -v nginx >/dev/null && [ -f /usr/lib/nginx/modules/ngx_rtmp_module.so ] && [ -x /usr/bin/chromium ] \
-        && command -v promtool >/dev/null; }; then
+        && command -v promtool >/dev/null && [ -x /usr/sbin/ngircd ]; }; then
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
         apt-get install -y -q $PACKAGES >/dev/null 2>&1 \
             || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q $PACKAGES >/dev/null; }

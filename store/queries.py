@@ -85,10 +85,18 @@ def list_runs(engine: Engine, limit: int | None = None) -> list[RunInfo]:
 
 def run_info(engine: Engine, run: str) -> RunInfo:
     """One run; a StoreError naming it when the store has no such run."""
+    info = find_run(engine, run)
+    if info is None:
+        raise StoreError(f"no run {run!r} in the store (see `troupe runs`)")
+    return info
+
+
+def find_run(engine: Engine, run: str) -> RunInfo | None:
+    """One run, or None when the store has no such run."""
     with engine.connect() as conn:
         row = conn.execute(select(runs).where(runs.c.id == run)).one_or_none()
         if row is None:
-            raise StoreError(f"no run {run!r} in the store (see `troupe runs`)")
+            return None
         n, errors = conn.execute(
             select(func.count(), _ERRORS).select_from(events).where(events.c.run == run)
         ).one()

@@ -1,7 +1,38 @@
-"""The event store's tables (SQLAlchemy Core).
+"""The event store's tables (SQLAlchemy Core): every event of every run, one row per run, and
+how far the recorder has written each stream.
 
-The schema is owned by the Alembic migrations in ``store/migrations``; this module
-describes the current revision for the code that reads and writes it.
+The schema is owned by the Alembic migrations in ``store/migrations`` (applied when a store is
+opened: ``store.database``); this module describes the current revision for the code that reads
+and writes it.  The recorder actor is the one writer (``store.recorder.EventWriter``, one
+transaction a batch, the batch's messages acked after it commits); ``troupe runs``, ``inspect``,
+``replay``, ``export``, re-execution and the end-of-show summary read.
+
+``events``: each event once, whatever was delivered twice.
+
+- ``pos``: the store's own order (auto-incremented): the order a run is read back in.
+- ``run``, ``seq``: the run, and the event's number in it (0, 1, ... as the recorder wrote them,
+  drawn from ``runs.next_seq``; unique per run).
+- ``id``: the envelope's id, unique: a redelivered event, or a duplicate the stream let through,
+  is skipped, so writing a batch again changes nothing.
+- ``type``, ``role``, ``causation``, ``correlation``, ``t_ms`` (show time), ``at_ms`` (wall-clock
+  ms when it was published): the envelope (``events.base``) in columns to query by, indexed by
+  (run, type) and by correlation (one danmaku's causal chain: ``inspect --correlation``).
+- ``subject``, ``stream_seq``, ``headers``: how it travelled: its NATS subject, its sequence in
+  its family's stream, and the message's headers as a JSON object (null when it had none).
+- ``body``: the event encoded (``events.codec``), complete: envelope fields a producer left out
+  are filled in (as the runtime decoded it); an event with a blob (audio, frames) as it travelled.
+- ``blob_digest``, ``blob_size``: with ``TROUPE_STORE_FRAMES=digest`` (the default) a frame's JPEG
+  is not kept: ``body`` holds its JSON and these the JPEG's SHA-256 and size; null otherwise.
+
+``runs``: one row a run, following its lifecycle.  Created ``running`` with the run's first
+recorded event; ``run.started`` fills in ``started_at_ms``, ``show`` (JSON, as the run carried
+it), ``seed`` and ``replay_of`` (the source run of a playback); ``run.ended`` fills in
+``ended_at_ms``, ``duration_ms`` (show time), ``end_reason`` and ``status`` (``ended``, or
+``failed`` when the reason says so).  ``next_seq`` is the counter ``events.seq`` is drawn from.
+
+``consumers``: per recorder durable consumer, the highest stream sequence it has written
+(``last_stream_seq``, in the same transaction as the events, so it never runs ahead of them), its
+stream, and when it was last updated.
 """
 
 from __future__ import annotations

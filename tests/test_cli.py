@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,8 @@ import pytest
 from nats.js import JetStreamContext
 
 from events import codec
+from events.subjects import stream_name
+from infra.bus import read_stream
 from infra.natsserver import EmbeddedNats
 from tests.showkit import demo_run
 
@@ -82,6 +85,28 @@ def test_voice_settings_out_of_range_name_the_field(role: str, field: str) -> No
         show_from_dict({"roles": [{"id": "a", "weight": 0}]})
 
 
+def test_up_refuses_a_run_id_the_store_holds_before_starting_anything(tmp_path: Path) -> None:
+    # Its events would be dropped as duplicates of the first run's. The recorder alone: the store is the point.
+    from sqlalchemy import func, select
+
+    from store.database import default_url, open_engine
+    from store.schema import events
+
+    up = ("--state-dir", str(tmp_path), "up", "--duration", "2", "--actors", "recorder", "--out", str(tmp_path),
+          "--run", "taken")
+    assert troupe(*up).returncode == 0
+    again = troupe(*up)
+    assert again.returncode == 2
+    assert re.fullmatch(r"troupe: error: run taken exists in the store \(started \d{4}-\d\d-\d\d \d\d:\d\d:\d\d\): "
+                        r"choose another --run", one_line_error(again))
+    engine = open_engine(default_url(tmp_path))
+    with engine.connect() as conn:
+        started = conn.execute(select(func.count()).select_from(events)
+                               .where(events.c.run == "taken", events.c.type == "run.started")).scalar_one()
+    engine.dispose()
+    assert started == 1
+
+
 def test_unreachable_nats_exits_1(tmp_path: Path) -> None:
     result = troupe("--state-dir", str(tmp_path), "--nats", "nats://127.0.0.1:1", "publish", "--run", "r1", "hi")
     assert result.returncode == 1
@@ -121,23 +146,47 @@ async def test_publish_from_a_file_is_all_or_nothing(nats_server: EmbeddedNats, 
     assert "bad.jsonl:2: payload.text" in one_line_error(result)
     assert await _count(js, "clifile") == 0
     for line, field in (('{"text": "x", "id": 7}', "id"), ('{"text": "x", "kind": 1}', "payload.kind"),
-                        ('{"text": "x", "id": "a"}\n{"text": "y", "id": "a"}', "id"), ('["x"]', "JSON object")):
+                        ('{"text": "x", "id": "a"}\n{"text": "y", "id": "a"}', "id"), ('["x"]', "JSON object"),
+                        ('{"text": "x", "viewer": "no namespace"}', "<platform>:<id>")):
         bad.write_text(line + "\n")
         result = await asyncio.to_thread(troupe, "--nats", nats_server.url, "publish", "--run", "clifile",
                                          "--file", str(bad))
         assert result.returncode == 2 and field in one_line_error(result), result.stderr
     assert await _count(js, "clifile") == 0
     good = tmp_path / "good.jsonl"
-    good.write_text('{"user": "a", "text": "one"}\n\n{"user": "b", "text": "two", "to": "host", "id": "b-2"}\n')
+    good.write_text('{"user": "a", "text": "one"}\n\n{"user": "b", "text": "two", "to": "host", "id": "b-2", '
+                    '"viewer": "twitch:42", "platform": "twitch", "badges": ["subscriber"]}\n')
     result = await asyncio.to_thread(troupe, "--nats", nats_server.url, "publish", "--run", "clifile",
                                      "--file", str(good), "--wait", "0")
     assert result.returncode == 0, result.stderr
     ids = [line.removeprefix("sent ") for line in result.stdout.splitlines()]
     assert len(ids) == 2 and ids[0].startswith("f") and ids[0].endswith("-1") and ids[1] == "b-2"
     assert await _count(js, "clifile") == 2
+    sent = [codec.decode(m.data) for m in await read_stream(js, stream_name("danmaku"), ["troupe.clifile.>"])]
+    assert [(e.viewer, e.platform, e.badges) for e in sent][1] == ("twitch:42", "twitch", ("subscriber",))
     result = await asyncio.to_thread(troupe, "--nats", nats_server.url, "publish", "--run", "clifile", "hello",
                                      "--user", "z", "--role", "rex", "--kind", "gift", "--wait", "0")
     assert result.returncode == 0 and await _count(js, "clifile") == 3
+
+
+@pytest.mark.parametrize("entry", [["-m", "app.cli"], ["-c", "import sys; from app.cli import main; sys.exit(main())"]],
+                         ids=["python -m app.cli", "the troupe script"])
+@pytest.mark.parametrize("args", [["nats-config"], ["show", "check", "app/shows/demo.toml"]],
+                         ids=["36 kB at once", "one line, buffered"])
+def test_a_reader_that_leaves_early_gets_no_traceback(entry: list[str], args: list[str]) -> None:
+    # As ``troupe inspect RUN | head -1`` once head has exited: the pipe's read end is closed before anything
+    # is written, so the write fails every time (a real head may leave before or after it).
+    import os
+
+    read, write = os.pipe()
+    os.close(read)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TROUPE_") and k != "PYTHONUNBUFFERED"}
+    try:
+        result = subprocess.run([sys.executable, *entry, *args], stdout=write, stderr=subprocess.PIPE, text=True,
+                                timeout=60, env=env, cwd=Path(__file__).parent.parent, check=False)
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (1, "")
 
 
 def test_a_setting_can_come_from_a_file_as_container_secrets_do(tmp_path: Path) -> None:

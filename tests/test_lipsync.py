@@ -5,7 +5,10 @@ from __future__ import annotations
 from actors.lipsync import CUT_LEAD_MS, LipsyncActor, visemes_of
 from events.audio import AudioChunk, PhonemeMark
 from events.viseme import VisemeTrack
+from infra.settings import Settings
 from tests.showkit import ctx
+
+PAUSE = Settings().reply_pause_ms  # the natural pause between two replies
 
 
 def chunk(utt: str, seq: int, part: int = 0, dur: int = 400, last: bool = False, part_last: bool = True) -> AudioChunk:
@@ -44,7 +47,7 @@ def test_the_floor_goes_to_the_next_utterance_after_the_current_one() -> None:
     assert waiting == []  # u1 still holds the floor
     done = tracks(lip.handle(chunk("u1", 1, last=True), ctx(100)))
     assert [t.utterance for t in done] == ["u1", "u2"]
-    assert done[1].start_ms == done[0].end_ms == 800
+    assert done[1].start_ms == done[0].end_ms + PAUSE and done[0].end_ms == 800
 
 
 def test_out_of_order_and_redelivered_chunks() -> None:
@@ -74,7 +77,7 @@ def test_a_reply_cut_short_gives_up_the_floor_and_its_late_chunks_are_ignored() 
     assert tracks(lip.handle(chunk("u2", 0, last=True), ctx(1100))) == []  # waits for the floor
     handed = tracks(lip.handle(dropped("u1", 1), ctx(1200)))  # u1's chunks from seq 1 on will not come
     assert [t.utterance for t in first + handed] == ["u1", "u2"]
-    assert handed[0].start_ms == first[0].end_ms  # the floor passes on at once
+    assert handed[0].start_ms == first[0].end_ms + PAUSE  # the floor passes on, after the pause
     assert tracks(lip.handle(chunk("u1", 1, last=True), ctx(1300))) == []
 
 
@@ -113,8 +116,8 @@ def test_an_ordinary_reply_waits_its_turn() -> None:
     lip = LipsyncActor()
     tracks(lip.handle(chunk("u1", 0, last=True), ctx(1000)))  # placed 1000..1400
     out = lip.handle(urgent("u2", priority=2.0), ctx(1100))
-    assert [(t.utterance, t.start_ms) for t in tracks(out)] == [("u2", 1400)]  # after u1, not over it
-    assert len(out) == 1
+    assert [(t.utterance, t.start_ms) for t in tracks(out)] == [("u2", 1400 + PAUSE)]  # after u1, not over it
+    assert [e.type for e in out] == ["viseme.track", "danmaku.placed"]  # nothing cut
 
 
 def test_a_cut_track_keeps_what_was_spoken() -> None:
@@ -132,11 +135,11 @@ def test_an_urgent_reply_cuts_replies_placed_ahead_too() -> None:
 
     lip = LipsyncActor()
     tracks(lip.handle(chunk("u1", 0, last=True), ctx(1000)))           # 1000..1400, on air
-    ahead = tracks(lip.handle(chunk("u2", 0, last=True), ctx(1010)))   # placed 1400..1800
-    assert [t.start_ms for t in ahead] == [1400]
+    ahead = tracks(lip.handle(chunk("u2", 0, last=True), ctx(1010)))   # placed 1650..2050
+    assert [t.start_ms for t in ahead] == [1400 + PAUSE]
     out = lip.handle(urgent("mod"), ctx(1100))
     cuts = {c.utterance: c.at_ms for c in out if isinstance(c, VisemeCut)}
-    assert cuts == {"u1": 1100 + CUT_LEAD_MS, "u2": 1400}  # u2 never begins
+    assert cuts == {"u1": 1100 + CUT_LEAD_MS, "u2": 1400 + PAUSE}  # u2 never begins
     assert [(t.utterance, t.start_ms) for t in tracks(out)] == [("mod", 1100 + CUT_LEAD_MS)]
 
 
@@ -152,8 +155,8 @@ def test_a_reply_that_cannot_start_by_its_deadline_is_dropped_whole() -> None:
     assert tracks(out) == []
     [drop] = [e for e in out if isinstance(e, UtteranceDropped)]
     assert drop.utterance == "u2" and drop.from_seq == 0 and "deadline" in drop.reason
-    on_time = dataclasses.replace(chunk("u3", 0, last=True), deadline_ms=1500)
-    assert [t.start_ms for t in tracks(lip.handle(on_time, ctx(1150)))] == [1400]
+    on_time = dataclasses.replace(chunk("u3", 0, last=True), deadline_ms=1400 + PAUSE)
+    assert [t.start_ms for t in tracks(lip.handle(on_time, ctx(1150)))] == [1400 + PAUSE]
 
 
 def test_nothing_is_placed_after_the_show_ends() -> None:
@@ -169,3 +172,40 @@ def test_nothing_is_placed_after_the_show_ends() -> None:
     out += lip.handle(chunk("u1", 2, last=True), short)
     assert [t.end_ms for t in tracks(out)] == [1400]
     assert [e.from_seq for e in out if isinstance(e, UtteranceDropped)] == [1]
+
+
+def test_the_director_is_told_where_each_reply_was_placed() -> None:
+    from events.danmaku import SpeechPlaced
+
+    lip = LipsyncActor()
+
+    def told(outs: object) -> list[tuple[str, int, int, bool, int]]:
+        return [(e.utterance, e.start_ms, e.end_ms, e.done, e.floor_ms)
+                for e in outs if isinstance(e, SpeechPlaced)]  # type: ignore[attr-defined]
+
+    assert told(lip.handle(chunk("u1", 0), ctx(1000))) == [("u1", 1000, 1400, False, 1400)]  # its start
+    assert told(lip.handle(chunk("u1", 1), ctx(1100))) == []  # placed, but not its end yet
+    assert told(lip.handle(chunk("u2", 0, last=True), ctx(1150))) == []  # waits: not placed yet
+    # u1's last sentence: u1 is done, and u2 is placed a pause after it, whole.
+    assert told(lip.handle(chunk("u1", 2, last=True), ctx(1200))) == [
+        ("u1", 1000, 2200, True, 2200 + PAUSE + 400), ("u2", 2200 + PAUSE, 2200 + PAUSE + 400, True, 2200 + PAUSE + 400)]
+    # A reply dropped before any of it was placed: told so (start -1), once.
+    assert told(lip.handle(dropped("u3", 0), ctx(1300))) == [("u3", -1, 0, True, 2200 + PAUSE + 400)]
+    assert told(lip.handle(dropped("u3", 0), ctx(1310))) == []
+
+
+def test_a_reply_dropped_on_deck_is_taken_off_whole_and_the_floor_frees_before_it() -> None:
+    from events.danmaku import SpeechPlaced
+    from events.viseme import VisemeCut
+
+    lip = LipsyncActor()
+    lip.handle(chunk("u1", 0, last=True), ctx(1000))                                  # 1000..1400, on air
+    [deck] = tracks(lip.handle(chunk("u2", 0, last=True), ctx(1010)))                 # on deck: 1400 + pause
+    out = lip.handle(dropped("u2", 0), ctx(1100))                                     # a comment took its place
+    [cut] = [e for e in out if isinstance(e, VisemeCut)]
+    assert (cut.utterance, cut.at_ms) == ("u2", deck.start_ms)                       # nothing of it is heard
+    assert [(e.utterance, e.start_ms, e.done) for e in out if isinstance(e, SpeechPlaced)] == [("u2", -1, True)]
+    [after] = tracks(lip.handle(chunk("u3", 0, last=True), ctx(1150)))
+    assert after.start_ms == 1400 + PAUSE                                             # where u2 would have been
+    # One already on air is not taken off: only its rest goes.
+    assert not [e for e in lip.handle(dropped("u3", 0), ctx(1700)) if isinstance(e, VisemeCut)]

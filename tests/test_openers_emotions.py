@@ -268,9 +268,26 @@ def test_a_model_that_wrote_nothing_to_say_gets_the_scripted_line_instead() -> N
     out = list(actor(writer).handle(cue(95), ctx(100, RUN)))
     chunks = [e for e in out if isinstance(e, UtteranceChunk)]
     [done] = [e for e in out if isinstance(e, UtteranceCompleted)]
-    assert len(writer.prompts) == 1 and chunks and chunks[0].seq == 1  # after the opener, the scripted reply
+    # Written again, sampled anew (its own cue id), before the scripted line stands in.
+    assert [p.cue_id for p in writer.prompts] == ["cue95", "cue95/again"]
+    assert chunks and chunks[0].seq == 1  # after the opener, the scripted reply
     assert all(c.text.strip() for c in chunks) and chunks[-1].last and done.backend == "scripted"
     assert done.chunks == len(chunks) + 1 and not any(isinstance(e, UtteranceDropped) for e in out)
+
+
+class MuteOnce(ModelLike):
+    """A model whose first writing the guards dropped whole, and whose second they let through."""
+
+    def stream(self, persona: Persona, prompt: Prompt) -> Iterator[str]:
+        self.prompts.append(prompt)
+        return iter(()) if len(self.prompts) == 1 else iter(["Chess is my game tonight."])
+
+
+def test_a_model_that_wrote_nothing_to_say_writes_again_and_its_second_reply_is_said() -> None:
+    writer = MuteOnce()
+    out = list(actor(writer).handle(cue(95), ctx(100, RUN)))
+    [done] = [e for e in out if isinstance(e, UtteranceCompleted)]
+    assert len(writer.prompts) == 2 and done.backend != "scripted" and "Chess is my game tonight." in done.text
 
 
 def test_a_model_with_no_sentence_by_its_budget_is_stopped_and_the_scripted_line_said() -> None:
@@ -287,6 +304,22 @@ def test_a_model_with_no_sentence_by_its_budget_is_stopped_and_the_scripted_line
     assert done.text.startswith(OPENER) and time.monotonic() - started < 1.5  # stopped, not waited for
     quick = list(actor(TokenStreaming(), llm_first_sentence_ms=5000).handle(cue(97), ctx(100, RUN)))
     assert any("Chess" in e.text for e in quick if isinstance(e, UtteranceChunk))  # in time: the model's own
+
+
+def test_a_reply_on_deck_has_until_its_speech_is_planned_to_begin_to_write_its_first_sentence() -> None:
+    import time
+
+    def slow() -> TokenStreaming:
+        writer = TokenStreaming()
+        writer.on_token.append(lambda i: time.sleep(0.04))  # its first sentence takes about 0.45 s
+        return writer
+
+    def backend(**fields: object) -> str:
+        out = actor(slow(), llm_first_sentence_ms=100).handle(cue(98, **fields), ctx(1000, RUN))
+        return next(e for e in out if isinstance(e, UtteranceCompleted)).backend
+
+    assert backend() == "scripted"  # asked for now: the budget alone
+    assert backend(begins_ms=1000 + 4000) != "scripted"  # 4 s on deck: the model's own reply
 
 
 def test_a_gift_makes_the_thanked_role_happy_with_a_model_or_the_scripted_writer() -> None:

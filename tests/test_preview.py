@@ -47,7 +47,8 @@ def test_a_danmaku_shows_with_its_cue_reply_and_latency(watched) -> None:  # typ
     # The cue can come before the danmaku itself (they are different streams).
     actor.handle(CueIssued(id="d1-cue", run="r1", role="rex", correlation="d1", seq=1, user="ann", text="hi",
                            danmaku=("d1", "d2"), routed_by="mention"), c)
-    actor.handle(DanmakuReceived(id="d1", run="r1", text="hi @rex", user="ann", at_ms=5000), c)
+    actor.handle(DanmakuReceived(id="d1", run="r1", text="hi @rex", user="ann", at_ms=5000, platform="twitch",
+                                 viewer="twitch:1337"), c)
     actor.handle(CueMerged(id="d2-merged", run="r1", correlation="d2", cue="d1-cue", user="bo", text="hi"), c)
     actor.handle(UtteranceChunk(id="u1-0", run="r1", role="rex", correlation="d1", utterance="u1", seq=0,
                                 text="Hello Ann.", language="en"), c)
@@ -64,6 +65,7 @@ def test_a_danmaku_shows_with_its_cue_reply_and_latency(watched) -> None:  # typ
     assert (item["user"], item["outcome"], item["role"], item["reply"], item["reply_state"]) == (
         "ann", "cue", "rex", "Hello Ann. Welcome.", "done")
     assert (item["latency_ms"], item["frame"]) == (1200, 31)  # the first frame with a non-silent viseme
+    assert (item["platform"], item["viewer"]) == ("twitch", "twitch:1337")  # the page shows where it came from
     assert board.feed["d2"]["outcome"] == "merged" and board.feed["d2"]["into"] == "d1"
     assert [s["latency_ms"] for s in board.latencies] == [1200]
     speaking = [m for _, m in told if m["type"] == "speaking"]

@@ -54,7 +54,8 @@ def test_a_show_without_comments_carries_itself_by_its_rundown() -> None:
             for a, b in zip(cues, cues[1:], strict=False)]
     assert max(gaps) <= 500, max(gaps)
     cycle = policy.own_line_ms + policy.pause_ms + load_settings(environ={}).idle_gap_ms
-    assert cues[-1].t_ms > TEN_MINUTES - 2 * cycle  # until the end, and nothing asked for past it
+    # until the end (each line asked for on deck, ahead of the floor), and nothing asked for past it
+    assert cues[-1].t_ms + policy.ahead_ms > TEN_MINUTES - 2 * cycle
     assert all(c.t_ms + policy.own_line_ms <= TEN_MINUTES for c in cues if not c.verbatim)
     # Every role speaks, by weight (2 : 1.5 : 1), within a few points.
     turns = Counter(c.role for c in cues)
@@ -133,6 +134,7 @@ def test_the_operator_holds_says_and_moves_the_rundown_on() -> None:
         (30_000, _control("resume", 2)),
         (50_000, _control("say", 3, text="Back after a short break.", target="rex")),
         (60_000, _control("segment", 4, target="Late-night snacks")),
+        (69_800, DanmakuReceived(id="d4", run="r1", text="answered before the hold comes", user="d")),
         (69_900, DanmakuReceived(id="d3", run="r1", text="waiting when the hold comes", user="c")),
         (70_000, _control("hold", 5, all=True)),
         (71_000, DanmakuReceived(id="d2", run="r1", text="hello?", user="b")),
@@ -148,7 +150,7 @@ def test_the_operator_holds_says_and_moves_the_rundown_on() -> None:
     # Held from 10 s: the line asked for before it is the last until the resume at 30 s.
     assert not [c for c in own if 10_000 < c.t_ms < 30_000]
     assert [c for c in own if 30_000 <= c.t_ms < 33_000]
-    assert [c.danmaku for c in cues if c.danmaku] == [("d1",)]  # the chat is still answered
+    assert [c.danmaku for c in cues if c.danmaku] == [("d1",), ("d4",)]  # the chat is still answered
     [say] = [c for c in cues if c.reason == "say"]
     assert (say.role, say.text, say.verbatim, say.correlation) == ("rex", "Back after a short break.", True, "c3")
     assert 50_000 <= say.t_ms <= 53_000
@@ -230,3 +232,43 @@ def test_a_run_joined_long_after_its_start_speaks_from_now_without_catching_up()
     assert isinstance(segment, SegmentStarted) and (segment.t_ms, segment.planned_ms) == (now, now)
     out = list(director.tick(Context(run, now + 10_000)))
     assert 2 <= len(_cues(out)) <= 5 and all(c.t_ms >= now for c in _cues(out))
+
+
+def test_the_show_ends_with_goodbyes_that_fill_its_last_seconds_and_none_past_the_end() -> None:
+    ended_with_goodbyes = 0
+    for end in range(59_000, 66_000, 350):  # wherever the last turn leaves the floor
+        run = _run(end)
+        harness = Harness(Director(load_settings(environ={})), run)
+        harness.feed(run)
+        harness.advance(end + 5_000)
+        cues = _cues([e.event for e in harness.out])
+        plan = harness.actor._runs[run.run].plan  # type: ignore[attr-defined]  # noqa: SLF001 - its estimates
+        policy = plan.policy
+        goodbyes = [c for c in cues if c.reason == "signoff"]
+        # Said word for word, each once, after every other turn.
+        assert all(c.verbatim for c in goodbyes) and len({c.text for c in goodbyes}) == len(goodbyes)
+        assert cues[len(cues) - len(goodbyes):] == goodbyes
+        ended_with_goodbyes += bool(goodbyes)
+        # Planned to end before the show does, leaving less silence than the shortest goodbye.
+        spoken_until = plan.floor_free_ms - policy.pause_ms
+        assert spoken_until <= end, (end, spoken_until)
+        assert end - spoken_until < policy.verbatim_ms("Bye for now!") + policy.lead_ms, (end, spoken_until)
+    assert ended_with_goodbyes >= 10
+
+
+def test_a_role_says_its_own_goodbye_and_a_chinese_role_the_stage_s_in_chinese() -> None:
+    run = _run(62_000)
+    doc = dict(run.show)
+    doc["roles"] = [dict(r, signoff=["Good night, stars!"]) if r["id"] == "host" else r for r in doc["roles"]]
+    assert show_from_dict(doc).role("host").signoff == ("Good night, stars!",)  # type: ignore[union-attr]
+    run = dataclasses.replace(run, show=doc)
+    said = {(c.role, c.text) for c in _cues(_show(run, 80_000)) if c.reason == "signoff"}
+    languages = {r["id"]: r["language"] for r in doc["roles"]}
+    for role, text in said:
+        if role == "host":
+            assert text == "Good night, stars!"
+        elif languages[role].startswith("zh"):
+            assert any(ord(ch) >= 0x2E80 for ch in text), text
+    bad = dict(doc, roles=[dict(doc["roles"][0], signoff=["{user}, bye"])] + doc["roles"][1:])
+    with pytest.raises(ShowError, match=r"roles\[0\]\.signoff\[0\]"):
+        show_from_dict(bad)

@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from actors.backends.protocols import BackendError, Persona, Prompt
+from actors.backends.protocols import BackendError, Persona, Prompt, env_setting, reply_tokens
 from actors.backends.shipped import QWEN_CODER_05B
 from actors.backends.text import ModelWriter, chat_messages, model_stops
 
@@ -50,7 +50,7 @@ class LlamaError(BackendError):
 
 def _whole(name: str) -> int | None:
     """A whole-number setting of at least 1 (None when unset)."""
-    raw = os.environ.get(name, "").strip()
+    raw = env_setting(name).strip()
     if not raw:
         return None
     try:
@@ -89,14 +89,14 @@ class LlamaCppWriter(ModelWriter):
     languages = frozenset({"en", "zh"})
 
     def __init__(self, model: str | None = None, n_threads: int | None = None,
-                 max_new_tokens: int = MAX_NEW_TOKENS) -> None:
+                 max_new_tokens: int | None = None) -> None:
         super().__init__()
         try:
             from llama_cpp import Llama
         except ModuleNotFoundError:
             raise LlamaError("the llama_cpp backend needs llama-cpp-python: pip install 'troupe[llama]' "
                              "(scripts/llama-wheel.sh builds its wheel once)") from None
-        path = Path(model or os.environ.get("TROUPE_LLAMA_MODEL") or QWEN_CODER_05B.path())
+        path = Path(model or env_setting("TROUPE_LLAMA_MODEL") or QWEN_CODER_05B.path())
         if not path.is_file():
             raise LlamaError(f"model not found: {path}")
         self.threads = n_threads or default_threads()
@@ -107,7 +107,7 @@ class LlamaCppWriter(ModelWriter):
         self.model: Any = self._load()  # the first context (it checks the file); a role gets its own on first use
         self._roles: OrderedDict[str, Any] = OrderedDict()  # role -> its context, least recently used first
         self._spare: list[Any] = [self.model]
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = max_new_tokens = max_new_tokens or reply_tokens(MAX_NEW_TOKENS)
         self.label = (f"llama_cpp:{path.stem}:t={TEMPERATURE},top_p={TOP_P},repeat_penalty={REPEAT_PENALTY},"
                       f"max_new_tokens={max_new_tokens}")
         self._lock = threading.Lock()  # one decode at a time: the contexts share the cores

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
 import threading
 import time
 import zlib
@@ -31,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from actors.backends.protocols import BackendError, Persona, Prompt, env_setting
+from actors.backends.protocols import BackendError, Persona, Prompt, env_setting, reply_tokens
 from actors.backends.text import ModelWriter, chat_messages
 
 MAX_NEW_TOKENS = 80
@@ -89,7 +88,7 @@ class OpenAIWriter(ModelWriter):
     name = "openai"
 
     def __init__(self, model: str | None = None, base_url: str | None = None, api_key: str | None = None,
-                 timeout_s: float | None = None, max_new_tokens: int = MAX_NEW_TOKENS) -> None:
+                 timeout_s: float | None = None, max_new_tokens: int | None = None) -> None:
         super().__init__()
         url = (base_url or env_setting("TROUPE_OPENAI_BASE_URL")).rstrip("/")
         if not url:
@@ -101,7 +100,7 @@ class OpenAIWriter(ModelWriter):
         if not self.model:
             raise OpenAIError("the openai backend needs a model: TROUPE_OPENAI_MODEL or the role's llm.model")
         self._key = api_key if api_key is not None else env_setting("TROUPE_OPENAI_API_KEY")
-        raw_timeout = os.environ.get("TROUPE_OPENAI_TIMEOUT_S", "")
+        raw_timeout = env_setting("TROUPE_OPENAI_TIMEOUT_S")
         try:
             self.timeout_s = timeout_s if timeout_s is not None else float(raw_timeout or 10)
         except ValueError:
@@ -110,7 +109,7 @@ class OpenAIWriter(ModelWriter):
         self._host, self._port = parts.hostname, parts.port
         self._path = (parts.path or "") + "/chat/completions"
         self.where = f"the server at {parts.scheme}://{parts.netloc}"  # no key, no path: for reasons
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = max_new_tokens = max_new_tokens or reply_tokens(MAX_NEW_TOKENS)
         self.breaker = CircuitBreaker()
         self._lock = threading.Lock()
         self.label = f"openai:{parts.netloc}:{self.model}:t={TEMPERATURE},top_p={TOP_P}"

@@ -284,6 +284,31 @@ def _topic(lang: str, theme: str, text: str, keyword: str) -> str:
     return LIBRARY[lang].default_topic.get(theme, GENERIC_TOPIC[lang])
 
 
+def _heard(lang: str, follows: str, known: Sequence[str], cast: Sequence[str] = ()) -> str:
+    """What a follow-up names of the line it answers: a topic or keyword the line says, else its
+    most telling word (never a name on stage); "" when nothing can be named."""
+    folded = unicodedata.normalize("NFKC", follows).casefold()
+    spaced = f" {' '.join(_TOKEN.findall(folded))} "
+    for word in sorted(known, key=len, reverse=True):
+        term = unicodedata.normalize("NFKC", word).casefold()
+        if len(term) >= 2 and _fits(lang, word) and (
+                (_HAS_CJK.search(term) and term in folded) or f" {term} " in spaced):
+            return _clean(word, MAX_TOPIC_CHARS)
+    if lang == "zh":
+        found = _zh_topic(follows)
+        return _clean(found, MAX_TOPIC_CHARS) if found and _fits(lang, found) else ""
+    names = {n.casefold() for n in cast}
+    words = [w for w in _EN_WORD.findall(unicodedata.normalize("NFKC", follows))
+             if 4 <= len(w) <= MAX_TOPIC_CHARS and w.casefold() not in EN_STOPWORDS
+             and w.casefold() not in _VAGUE and w.casefold() not in names and not w.casefold().endswith("ly")]
+    return max(words, key=len) if words else ""
+
+
+# Words too vague to name as what a line was about ("whenever", "honestly").
+_VAGUE: Final = frozenset(
+    ["whenever", "always", "never", "really", "still", "every", "single", "honestly", "actually", "tonight", "something", "nothing", "everyone", "anyone", "someone", "thing", "things", "would", "could", "should", "about", "there", "their", "which", "while", "other", "being", "because", "though", "through", "without", "within", "before", "after", "again", "until", "since", "where", "these", "those", "whole", "times"])
+
+
 def _language(code: str) -> str:
     """Normalise a language tag ("zh-CN", "ZH", "en-US") to a library key."""
     return "zh" if code.strip().lower().startswith("zh") else "en"
@@ -318,7 +343,8 @@ class ScriptedLLM(ReplyWriter):
         theme, sentences = self._written(persona, prompt)
         emotion = THEME_EMOTIONS.get(prompt.kind or theme)
         for i, text in enumerate(sentences):
-            yield Sentence(text, last=i == len(sentences) - 1, emotion=emotion)
+            source = getattr(text, "source", None) or "template"
+            yield Sentence(text, last=i == len(sentences) - 1, emotion=emotion, source=source)
 
     @staticmethod
     def is_injection(text: str) -> bool:
@@ -348,25 +374,23 @@ class ScriptedLLM(ReplyWriter):
             return "question" if _is_question(doc) else "generic"
         return theme
 
-    def _own_line(self, persona: Persona, prompt: Prompt) -> str:
-        """A line of the show's own: varied by the role's turn (see ``own_lines``)."""
+    def _own_line(self, persona: Persona, prompt: Prompt) -> Sentence:
+        """A line of the show's own (see ``own_lines``): the show's material, or a question."""
         lang = _language(persona.language)
         kind = prompt.kind if prompt.kind in ("follow_up", "invitation") else "brief"
-        topics = _fitting(lang, prompt.topics)
-        # The role's own interests, less those the topics already name ("games" in "cozy games").
-        mine = [m for m in _fitting(lang, persona.keywords) if not any(m.casefold() in t.casefold() for t in topics)]
-        mine = mine or [LIBRARY[lang].default_topic.get("generic", GENERIC_TOPIC[lang])]
-        topics = topics or mine
-        if kind == "follow_up":  # the word it answers in the first topic's place (the count stays steady)
-            heard = _zh_topic(prompt.follows) if lang == "zh" else _en_topic(prompt.follows)
-            fits = _fitting(lang, [heard]) if heard else []
-            if fits and fits[0] not in topics and not any(
-                    heard.casefold() in m.casefold() or m.casefold() in heard.casefold() for m in mine):
-                topics = fits[:1] + topics[1:]
+        topics = _fitting(lang, prompt.topics) or _fitting(lang, persona.keywords)
         name = _clean(persona.name, MAX_NAME_CHARS) or persona.role
         seed = self._seed if prompt.seed is None else prompt.seed
-        return own_line(OwnLine(kind, lang, persona.role, name, prompt.turn, topics, mine,
-                                to=_clean(prompt.addressee, MAX_NAME_CHARS) or LIBRARY[lang].default_user, seed=seed))
+        def mine(lines: Sequence[str]) -> tuple[str, ...]:  # those in the role's language
+            return tuple(line for line in lines if (_HAS_CJK.search(line) is not None) == (lang == "zh"))
+
+        text, source = own_line(OwnLine(
+            kind, lang, persona.role, name, prompt.turn, topics,
+            to=_clean(prompt.addressee, MAX_NAME_CHARS) or LIBRARY[lang].default_user,
+            heard=_heard(lang, prompt.follows, (*prompt.topics, *persona.keywords), prompt.cast)
+            if kind == "follow_up" else "",
+            points=mine(prompt.points), material=mine(prompt.material), point=prompt.point, seed=seed))
+        return Sentence(text, last=True, emotion=THEME_EMOTIONS.get(kind), source=source)
 
     def reply(self, persona: Persona, prompt: Prompt) -> str:
         """Return the full reply: the stream's chunks joined as the language expects."""

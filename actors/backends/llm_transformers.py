@@ -24,7 +24,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from actors.backends.protocols import BackendError, Persona, Prompt
+from actors.backends.protocols import BackendError, Persona, Prompt, reply_tokens
 from actors.backends.text import ModelWriter, chat_messages
 
 DEFAULT_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -50,7 +50,7 @@ class TransformersWriter(ModelWriter):
     name = "transformers"
     languages = frozenset({"en"})
 
-    def __init__(self, model: str | None = None, max_new_tokens: int = MAX_NEW_TOKENS) -> None:
+    def __init__(self, model: str | None = None, max_new_tokens: int | None = None) -> None:
         super().__init__()
         path = Path(model or default_model())
         if not path.exists():
@@ -69,7 +69,7 @@ class TransformersWriter(ModelWriter):
         # On the GPU when there is one (a deployment's llm worker), else the CPU.
         device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.model = cast(Any, self.model).to(device).eval()
-        self.max_new_tokens = max_new_tokens
+        self.max_new_tokens = max_new_tokens = max_new_tokens or reply_tokens(MAX_NEW_TOKENS)
         self.label = f"transformers:{path.stem}:greedy:max_new_tokens={max_new_tokens}"
 
     def tokens(self, persona: Persona, prompt: Prompt) -> Iterator[str]:

@@ -41,7 +41,14 @@ from vllm.platforms import current_platform
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 
-from actors.backends.protocols import BackendError, Persona, Prompt, ReplyWriter
+from actors.backends.protocols import (
+    BackendError,
+    Persona,
+    Prompt,
+    ReplyWriter,
+    env_setting,
+    reply_tokens,
+)
 from actors.backends.text import chat_messages, reply_sentences
 
 MAX_NEW_TOKENS = 72      # a reply's budget
@@ -67,7 +74,7 @@ def engine_args(model: str, overrides: Mapping[str, Any] | None = None) -> Async
         if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
             args["kv_cache_memory_bytes"] = 1 << 30  # else vLLM reserves 92% of the machine's memory
     try:
-        args.update(json.loads(os.environ.get("TROUPE_VLLM_ENGINE") or "{}"))
+        args.update(json.loads(env_setting("TROUPE_VLLM_ENGINE") or "{}"))
     except json.JSONDecodeError as exc:
         raise VllmError(f"TROUPE_VLLM_ENGINE is not JSON: {exc}") from None
     args.update(overrides or {})
@@ -84,13 +91,14 @@ class VllmWriter(ReplyWriter):
 
     def __init__(self, model: str | None = None, *, engine: Mapping[str, Any] | None = None,
                  temperature: float = TEMPERATURE, top_p: float = TOP_P,
-                 max_tokens: int = MAX_NEW_TOKENS) -> None:
-        model = model or os.environ.get("TROUPE_VLLM_MODEL")
+                 max_tokens: int | None = None) -> None:
+        model = model or env_setting("TROUPE_VLLM_MODEL")
         if not model:
             raise VllmError("the vllm backend needs a model folder: [roles.llm] model = ... or TROUPE_VLLM_MODEL")
         if not Path(model).is_dir():
             raise VllmError(f"model folder not found: {model}")
         args = engine_args(model, engine)
+        max_tokens = max_tokens or reply_tokens(MAX_NEW_TOKENS)
         self.temperature, self.top_p, self.max_tokens = temperature, top_p, max_tokens
         self.label = (f"vllm:{Path(model).name}:temperature={temperature}:top_p={top_p}"
                       f":seed=crc32(run seed/cue):max_tokens={max_tokens}")

@@ -19,7 +19,7 @@ from events.errors import BackendError
 from events.show import RESOLUTIONS
 
 __all__ = [
-    "RESOLUTIONS", "BackendError", "Persona", "env_setting", "Phoneme", "Prompt", "ReplyWriter", "RoleLook", "RoleState", "Sentence",
+    "RESOLUTIONS", "BackendError", "Persona", "env_setting", "reply_tokens", "Phoneme", "Prompt", "ReplyWriter", "RoleLook", "RoleState", "Sentence",
     "Speaker", "Speech",
     "StageDrawer", "Voice",
 ]
@@ -35,6 +35,17 @@ def env_setting(variable: str) -> str:
         except OSError as exc:
             raise BackendError(f"{variable}_FILE: cannot read {path}: {exc.strerror}") from None
     return raw
+
+
+def reply_tokens(default: int) -> int:
+    """A model reply's budget of new tokens: ``TROUPE_LLM_MAX_TOKENS`` where set (above 0),
+    else the backend's own ``default``."""
+    raw = env_setting("TROUPE_LLM_MAX_TOKENS").strip()
+    if raw in ("", "0"):
+        return default
+    if not raw.isdigit() or not 1 <= int(raw) <= 4096:
+        raise BackendError(f"TROUPE_LLM_MAX_TOKENS={raw!r} is not a number of tokens from 1 to 4096 (0: the backend's own)")
+    return int(raw)
 
 
 # -- replies (llm) -------------------------------------------------------------
@@ -85,6 +96,12 @@ class Prompt:
     cast: tuple[str, ...] = ()
     # What the role has already said of this reply (an opener, spoken while the model writes).
     opener: str = ""
+    # What the show gives the role to say of its own, as written (a line of the show's own; a model
+    # is told of it): the segment's points, the role's material, and which of the segment's points
+    # in the role's language this point on the brief is (-1: none, or not a point on the brief).
+    points: tuple[str, ...] = ()
+    material: tuple[str, ...] = ()
+    point: int = -1
     # The viewer sent a gift, and ``text`` is the message that came with it: the reply thanks them.
     gift: bool = False
 
@@ -102,11 +119,14 @@ class Sentence(str):
 
     last: bool | None
     emotion: str | None  # how it is said, where the writer knows (one of actors.backends.emotion.LABELS)
+    source: str | None   # where its words come from, where the writer knows: "material" (the show's), "template"
 
-    def __new__(cls, text: str, last: bool | None = None, emotion: str | None = None) -> Sentence:
+    def __new__(cls, text: str, last: bool | None = None, emotion: str | None = None,
+                source: str | None = None) -> Sentence:
         sentence = super().__new__(cls, text)
         sentence.last = last
         sentence.emotion = emotion
+        sentence.source = source
         return sentence
 
 

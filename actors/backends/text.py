@@ -102,6 +102,9 @@ def own_line_messages(persona: Persona, prompt: Prompt) -> list[dict[str, str]]:
     """The chat for a line of the show's own: the persona, the segment and its brief, the stage
     so far, and what to say (a point, a follow-up on another role's line, an invitation)."""
     system = _system(persona, prompt, f"You are in the segment \"{prompt.segment}\": {prompt.brief}.")
+    if prompt.kind == "brief" and (prompt.points or prompt.material):  # the show's: said in its own words
+        said = (*prompt.points, *prompt.material)
+        system += f" Something you could bring up: {said[prompt.turn % len(said)]}"
     ask = _OWN_LINE.get(prompt.kind, _OWN_LINE["brief"])
     ask = ask.format(addressee=prompt.addressee or "your co-host", follows=prompt.follows or prompt.brief)
     ask += " " + _LANGUAGE_REMINDER.get(persona.language, _LANGUAGE_REMINDER["en"])

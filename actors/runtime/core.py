@@ -150,7 +150,7 @@ class ActorRuntime:
         await provision_consumers(self.js, specs)
         if self.actor.takes_over:  # shows on air: their state rebuilt from the streams first
             self.takeover = await rebuild(self.js, self.actor, specs, self.runs, self.clock(),
-                                          self.settings.run_grace_s, self._in_thread)
+                                          self.settings.run_grace_s, self._in_thread, self._published_now)
             for run in self.takeover.runs:
                 self.lifecycle.touch(run)
             if self.takeover.runs:
@@ -650,6 +650,10 @@ class ActorRuntime:
             d.republished += 1
             return True
         return False
+
+    async def _published_now(self, outputs: Sequence[Event]) -> None:
+        """Publish and wait until every one is stored."""
+        await asyncio.gather(*await self._publish(outputs))
 
     async def _publish(self, outputs: Sequence[Event], at_ms: int | None = None) -> list[asyncio.Future[Any]]:
         futures = []

@@ -20,6 +20,11 @@ each live run's state from the streams, then goes on where the last holder stopp
    the last output of the run that only it publishes (``clock_marks``), so what it
    decided is decided again.  One that goes on from its last output (the renderer, from
    the frame after the last one stored: ``resumes_from``) is told what that was.
+4. What the rebuilt state emitted for an input that has nothing stored (a decision the last
+   holder made and died before publishing, or one it was about to make when an input's time
+   was only known roughly) is published now: the state believes it was said, so the world
+   hears it, and the input is not left without its outcome.  What was stored is never sent
+   again, nor a second answer to an input that has one.
 
 The rebuilt state is the state the last holder had, and the decisions it goes on to make
 are the ones a holder that never died would have made at those show times; what was
@@ -63,6 +68,7 @@ class Takeover:
     floors: dict[str, int] = field(default_factory=dict)  # durable -> its ack floor
     runs: list[str] = field(default_factory=list)          # the live runs rebuilt
     inputs: int = 0                                        # inputs handled again
+    published: int = 0                                     # outputs nobody had published, sent now
     seconds: float = 0.0
 
 
@@ -119,9 +125,11 @@ def _for_run(filters: Sequence[str], run: str) -> list[str]:
 async def rebuild(
     js: JetStreamContext, actor: Actor, specs: Sequence[ConsumerSpec], runs: RunDirectory,
     now_s: float, grace_s: float, in_thread: Callable[..., Awaitable[Any]],
+    publish: Callable[[list[Event]], Awaitable[Any]],
 ) -> Takeover:
     """Re-make the consumers from their floors and rebuild every live run's state in ``actor``
-    (its handlers called through ``in_thread``: the actor's own worker thread)."""
+    (its handlers called through ``in_thread``: the actor's own worker thread); ``publish``
+    sends what the rebuilt state emitted that nothing stored answers."""
     began = time.perf_counter()
     report = Takeover()
     for spec in specs:
@@ -131,12 +139,14 @@ async def rebuild(
     for run in await live_runs(js, runs, int(now_s * 1000), int(grace_s * 1000)):
         runs.remember(run)
         caused: dict[str, int] = {}   # input id -> show time the actor handled it (from its outputs)
+        stored: set[str] = set()      # the ids of its outputs stored
         last_ms = 0
         for out in outputs:
             for msg in await read_stream(js, stream_name(out.family), _for_run(out.filters, run.run)):
                 event = _decoded(msg.data)
                 if event is None:
                     continue
+                stored.add(event.id)
                 at = heard_at(event)
                 if type(event) in marks:
                     last_ms = max(last_ms, event.t_ms)
@@ -158,7 +168,13 @@ async def rebuild(
                 feed.append((handled, i, msg.seq, event))
         feed.sort(key=lambda x: x[:3])
         await in_thread(actor.taking_over, run.run)
-        await in_thread(_replay, actor, run, [(at, event) for at, _, _, event in feed], last_ms)
+        emitted = await in_thread(_replay, actor, run, [(at, event) for at, _, _, event in feed], last_ms)
+        unsaid = unpublished(emitted, stored, caused)
+        if unsaid:
+            log.warning("%s: run %s: %d outputs of the rebuilt state were never published (%s): published now",
+                        actor.name, run.run, len(unsaid), ", ".join(sorted({e.type for e in unsaid})))
+            await publish(unsaid)
+            report.published += len(unsaid)
         if isinstance(actor, ClockedActor) and actor.resumes_from is not None:
             last = await _last(js, run.run, actor.resumes_from.type)
             if last is not None:
@@ -169,16 +185,32 @@ async def rebuild(
     return report
 
 
-def _replay(actor: Actor, run: RunStarted, feed: list[tuple[int, Event]], last_ms: int) -> None:
+def _replay(actor: Actor, run: RunStarted, feed: list[tuple[int, Event]], last_ms: int) -> list[Event]:
     """Handle a run's inputs again at the show times they were handled, then (an actor whose
-    clock decides) run its clock up to its last recorded output; what they emit is dropped."""
+    clock decides) run its clock up to its last recorded output; what they emit (the last holder
+    published it, or should have)."""
+    out: list[Event] = []
     for at, event in feed:
         if admit(actor, event, run).handled:
-            for _ in actor.handle(event, Context(run, at)) or ():
-                pass  # published by the last holder
+            out += actor.handle(event, Context(run, at)) or ()
     if isinstance(actor, ClockedActor) and actor.clock_marks and actor.next_tick(run.run) is not None:
-        for _ in actor.tick(Context(run, last_ms)) or ():
-            pass
+        out += actor.tick(Context(run, last_ms)) or ()
+    return out
+
+
+def unpublished(emitted: Sequence[Event], stored: set[str], caused: dict[str, int]) -> list[Event]:
+    """Of what a rebuilt state emitted, what nobody published: not stored, and caused by an input
+    nothing stored answers (an input the last holder answered keeps that answer alone), or by
+    one of these outputs itself (the opener that goes with a cue)."""
+    out: list[Event] = []
+    sent: set[str] = set()
+    for event in emitted:
+        if event.id in stored or event.type.split(".", 1)[0] in UNREAD_FAMILIES:
+            continue
+        if event.causation is None or event.causation not in caused or event.causation in sent:
+            out.append(event)
+            sent.add(event.id)
+    return out
 
 
 def heard_at(event: Event) -> int:

@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", help="an actor, or several separated by commas (one worker process for them all)")
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--out", type=Path, help="output directory of the sink's <run>.mp4 (default: TROUPE_OUT_DIR, else out)")
     page_options(parser)
 
 

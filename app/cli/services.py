@@ -62,8 +62,8 @@ async def _provision(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _config_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", dest="nats_port", type=int, default=4222)
-    parser.add_argument("--monitor-port", type=int, default=8222)
+    parser.add_argument("--port", dest="nats_port", type=int, default=4222, help="the port clients connect to")
+    parser.add_argument("--monitor-port", type=int, default=8222, help="the HTTP monitoring port (/healthz, /varz)")
     parser.add_argument("--store-dir", default="/data", help="JetStream's store directory on the server")
 
 

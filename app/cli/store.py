@@ -28,8 +28,8 @@ log = logging.getLogger(__name__)
 
 
 def _runs_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--limit", type=int, default=50)
+    parser.add_argument("--json", action="store_true", help="the runs as one JSON list")
+    parser.add_argument("--limit", type=int, default=50, help="list at most this many runs, the newest first")
 
 
 def _when(ms: int | None) -> str:
@@ -57,9 +57,9 @@ async def _runs(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _inspect_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run")
+    parser.add_argument("run", help="the run id (troupe runs lists them)")
     parser.add_argument("--correlation", help="one danmaku's causal chain (its id) with the time at each hop")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="the report as one JSON object")
 
 
 async def _inspect(args: argparse.Namespace, settings: Settings) -> int:
@@ -74,7 +74,7 @@ async def _inspect(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _replay_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run")
+    parser.add_argument("run", help="the recorded run to replay or verify (troupe runs lists them)")
     parser.add_argument("--into", help="run id of the playback (default: RUN-replay-XXXX)")
     pace = parser.add_mutually_exclusive_group()
     pace.add_argument("--speed", type=float, default=1.0, help="pace as a multiple of the original (default 1)")
@@ -85,7 +85,7 @@ def _replay_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-record", action="store_true", help="do not record the playback in the store")
     parser.add_argument("--verify", action="store_true",
                         help="re-execute the deterministic actors from the store and report the first divergence")
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="the outcome as one JSON object")
 
 
 class _ProgressBar:
@@ -151,8 +151,8 @@ async def _replay(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _export_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("run")
-    parser.add_argument("output", type=Path)
+    parser.add_argument("run", help="the recorded run to re-render (troupe runs lists them)")
+    parser.add_argument("output", type=Path, help="the video file to write (MP4: H.264 and AAC)")
 
 
 async def _export(args: argparse.Namespace, settings: Settings) -> int:

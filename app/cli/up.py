@@ -7,11 +7,13 @@ import logging
 import shlex
 import shutil
 import sys
+import time
 from pathlib import Path
 
 import orjson
 
 from actors.backends.registry import BACKENDS
+from actors.floor import sparse
 from app import inspect
 from app.cli.base import (
     Command,
@@ -30,6 +32,7 @@ from events.show import RESOLUTIONS, Show
 from events.subjects import is_token
 from infra.bus import masked_url
 from infra.settings import Settings
+from store.queries import find_run
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +49,9 @@ def _options(parser: argparse.ArgumentParser) -> None:
     page_options(parser)
     parser.add_argument("--actors", help=f"comma-separated actors to run here (default: all of {','.join(ACTOR_NAMES)}; "
                          "none: only start, script and end the run, for workers elsewhere)")
-    parser.add_argument("--resolution", choices=tuple(RESOLUTIONS))
-    parser.add_argument("--run", help="run id (default: a new one)")
+    parser.add_argument("--resolution", choices=tuple(RESOLUTIONS),
+                        help="the stage's size (default: TROUPE_RESOLUTION, else 720p)")
+    parser.add_argument("--run", help="run id, one the store does not hold yet (default: a new one)")
     parser.add_argument("--slow-render-ms", type=float, help="fault injection: each frame costs this many ms more")
     parser.add_argument("--llm", metavar="NAME", help="LLM backend (default: TROUPE_LLM_BACKEND, else scripted)")
     parser.add_argument("--tts", metavar="NAME", help="TTS backend (default: TROUPE_TTS_BACKEND, else espeak)")
@@ -56,6 +60,10 @@ def _options(parser: argparse.ArgumentParser) -> None:
 async def _up(args: argparse.Namespace, settings: Settings) -> int:
     show = load_show(args.show)
     BACKENDS.check(settings, show)  # an unknown backend name: one line, before anything starts
+    if settings.self_driven == "on" and sparse(show, settings):
+        print("troupe: warning: the show gives its roles nothing to say of their own (no roles' material, no "
+              "segments' points) and no model writes for them: its own lines will be few (its verbatim lines "
+              "and questions to the chat)", file=sys.stderr, flush=True)
     if args.actors == "none":  # the actors run elsewhere (workers): start, script and end the run only
         names: tuple[str, ...] = ()
     else:
@@ -67,6 +75,8 @@ async def _up(args: argparse.Namespace, settings: Settings) -> int:
         raise UsageError("--duration must be positive")
     if args.run is not None and not is_token(args.run):
         raise UsageError("--run must be letters, digits, _ or -")
+    if args.run is not None:
+        _refuse_a_recorded_run(settings, args.run)
     if "render" in names:
         BACKENDS.require_render()  # the render extra missing: one line, before anything starts
     preview = args.preview or "preview" in names
@@ -123,6 +133,19 @@ async def _up(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(orjson.dumps(summary).decode())
     return 0 if result.mp4 else 1
+
+
+def _refuse_a_recorded_run(settings: Settings, run: str) -> None:
+    """A --run the store holds already is refused: the store would keep that run's events and drop these."""
+    engine = Stage(settings).engine
+    try:
+        found = find_run(engine, run)
+    finally:
+        engine.dispose()
+    if found is not None:
+        when = ("its run.started not recorded" if found.started_at_ms is None else
+                time.strftime("started %Y-%m-%d %H:%M:%S", time.localtime(found.started_at_ms / 1000)))
+        raise UsageError(f"run {run} exists in the store ({when}): choose another --run")
 
 
 def _ms(value: float | None) -> str:

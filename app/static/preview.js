@@ -172,6 +172,7 @@ function showItem(item) {
   head.append(el("span", "who", `${item.user || "anonymous"}: `), el("span", "text", item.text));
   if (item.outcome) head.append(el("span", `badge ${item.outcome}`, OUTCOME[item.outcome](item)));
   if (item.kind !== "comment") head.append(el("span", "badge", item.kind));
+  if (item.platform) head.append(el("span", "badge platform", item.platform));
   if (item.id in T.sent) head.append(el("span", "badge mine", "you"));
   li.append(head);
   if (item.reply) li.append(el("div", "reply", `${item.reply}${item.reply_state === "dropped" ? ` (dropped: ${item.detail})` : ""}`));

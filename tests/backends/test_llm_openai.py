@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from actors.backends.protocols import Persona, Prompt
+from actors.backends.protocols import BackendError, Persona, Prompt
 from actors.backends.shipped import QWEN_CODER_05B
 from actors.llm import LLMActor
 from events.cue import CueIssued
@@ -112,6 +112,20 @@ def test_the_key_comes_from_a_file_and_a_role_adapter_names_the_model(monkeypatc
     assert writer.request_body(rex, Prompt("c", "ann", "hi", seed=3))["model"] == "rex-lora"
     assert writer.request_body(MIKA, Prompt("c", "ann", "hi"))["model"] == "base"
     assert "sk-test" not in writer.label and "sk-test" not in writer.where
+
+
+def test_a_replys_token_budget_is_the_setting_else_the_backends_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TROUPE_LLM_MAX_TOKENS", raising=False)
+    assert OpenAIWriter(model="m", base_url="http://127.0.0.1:1/v1").request_body(MIKA, Prompt("c", "ann", "hi"))[
+        "max_tokens"] == 80
+    monkeypatch.setenv("TROUPE_LLM_MAX_TOKENS", "12")
+    writer = OpenAIWriter(model="m", base_url="http://127.0.0.1:1/v1")
+    assert writer.request_body(MIKA, Prompt("c", "ann", "hi"))["max_tokens"] == 12
+    assert OpenAIWriter(model="m", base_url="http://127.0.0.1:1/v1", max_new_tokens=5).max_new_tokens == 5
+    for bad in ("many", "-3", "5000"):
+        monkeypatch.setenv("TROUPE_LLM_MAX_TOKENS", bad)
+        with pytest.raises(BackendError, match="TROUPE_LLM_MAX_TOKENS"):
+            OpenAIWriter(model="m", base_url="http://127.0.0.1:1/v1")
 
 
 def test_the_breaker_opens_after_failures_in_a_row_and_a_probe_closes_it() -> None:

@@ -56,7 +56,7 @@ B站录播姬 2.6.0
   <BililiveRecorderXmlStyle><z:stylesheet version="1.0" id="s" xmlns:z="http://www.w3.org/1999/XSL/Transform"><z:template match="/"><html><table><tr><td>弹幕</td></tr><z:for-each select="/i/d"><tr><td><z:value-of select="@user"/></td></tr></z:for-each></table></html></z:template></z:stylesheet></BililiveRecorderXmlStyle>
   <d p="3.214,1,25,16777215,1732968003214,0,12345678,0" user="小明同学" raw="[]">主播晚上好</d>
   <d p="4.5,1,25,16777215,1732968004500,0,87654321,0" user="alice" raw="[]">@rex is it worth buying a GPU</d>
-  <gift ts="5.25" user="bob" giftname="辣条" giftcount="3" raw="{}" />
+  <gift ts="5.25" user="bob" uid="555" giftname="辣条" giftcount="3" raw="{}" />
   <sc ts="6" user="carol" price="30" time="60" raw="{}">Mika what game tonight?</sc>
   <guard ts="7.5" user="dave" level="3" count="1" raw="{}" />
   <d p="8,1,25,16777215,1732968008000,0,12345678,0" user="小明同学" raw="[]">主播晚上好</d>
@@ -78,6 +78,11 @@ def test_a_live_rooms_recording_gives_names_gifts_and_super_chats(tmp_path: Path
         (4.286, "dave", "gift", "舰长 x1"),
         (4.786, "小明同学", "comment", "主播晚上好"),
     ]
+    # The viewers as the recording identifies them: a uid where it gives one (a Super Chat's price in CNY).
+    assert [(t.event.viewer, t.event.platform) for t in timed] == [
+        ("bili:12345678", "bilibili"), ("bili:87654321", "bilibili"), ("bili:555", "bilibili"),
+        ("", "bilibili"), ("", "bilibili"), ("bili:12345678", "bilibili")]
+    assert (timed[3].event.value, timed[3].event.currency) == (30.0, "CNY")
     ids = [t.event.id for t in timed]
     assert len(set(ids)) == 6 and all(i.startswith("bili-") and i != "bili-0" for i in ids)
     assert [t.event.id for t in read_bilibili_xml(path, "r2", 1)] == ids  # played again: the same ids

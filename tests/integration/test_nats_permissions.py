@@ -229,6 +229,8 @@ async def test_the_show_runs_with_every_service_on_its_own_credentials(secured: 
         [said] = await send(mnc, "creds", [say], 10.0)
         await mnc.close()
         assert said.to_dict()["outcome"] == "applied", said.to_dict()
+        # A platform's chat, bridged with the bridge's credentials into the run on air.
+        bridged = await _bridge_one_message(secured)
         assert page is not None
         async with aiohttp.ClientSession() as http, http.post(
             f"http://127.0.0.1:{page.port}/runs/creds/danmaku?wait=15", json={"text": "hello @rex", "user": "web"},
@@ -243,6 +245,8 @@ async def test_the_show_runs_with_every_service_on_its_own_credentials(secured: 
         spoken = [e for e in read_events(show.engine, "creds") if e.type == "utterance.completed"
                   and e.utterance == say.derive("say")]  # type: ignore[attr-defined]
         assert [e.text for e in spoken] == ["Thanks for watching, everyone."]  # type: ignore[attr-defined]
+        assert [getattr(e, "text", "") for e in read_events(show.engine, "creds")
+                if isinstance(e, DanmakuReceived) and e.platform == "youtube"] == [bridged]
         assert (Path(settings.out_dir) / "creds.mp4").exists()
         stored = list(read_events(show.engine, result.run))
         types = {e.type for e in stored}
@@ -256,6 +260,31 @@ async def test_the_show_runs_with_every_service_on_its_own_credentials(secured: 
                 await stage.close()
             else:
                 await stage.__aexit__(None, None, None)
+
+
+async def _bridge_one_message(secured: SecuredNats) -> str:
+    """A YouTube chat message through a bridge connected as the bridge user, following the run
+    on air (the lease bucket's keys, the run's start): published, then the bridge stopped."""
+    from app.bridges.base import Backoff
+    from app.bridges.run import Bridge, BridgeConfig
+    from app.bridges.youtube import YouTubeChat
+    from bench.peers.youtube import YouTubePeer
+
+    text = "hello from youtube"
+    bridge_client = Client_()
+    bnc = await bridge_client.connect(secured.url("bridge"))
+    async with YouTubePeer(polling_interval_ms=20) as peer:
+        peer.add_video("v1", "chat1")
+        chat = YouTubeChat(video_id="v1", api_key="test-key", api_base=peer.url, quota_units=10**9, backfill_s=60)
+        bridge = Bridge(chat, bnc.jetstream(), BridgeConfig("youtube video v1", backoff=Backoff(0.05, 0.2)))
+        stop = asyncio.Event()
+        task = asyncio.create_task(bridge.run(stop))
+        peer.post("chat1", text=text, author="Yuki", channel_id="UCyuki")
+        await wait_for(lambda: bridge.totals.published == 1 or task.done(), 30, "the bridged message")
+        stop.set()
+        await asyncio.wait_for(task, 30)
+    await bnc.close()
+    return text
 
 
 def test_troupe_up_s_embedded_server_listens_on_loopback_only(nats_server: EmbeddedNats) -> None:

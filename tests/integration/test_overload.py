@@ -34,13 +34,18 @@ def chatty_show():  # type: ignore[no-untyped-def]
 
 
 def expected_energy(recorded: list, fps: int, n: int) -> np.ndarray:  # type: ignore[type-arg]
-    """RMS per video frame of the speech as lipsync placed it (what the MP4 must hold)."""
+    """RMS per video frame of the speech as lipsync placed it, after its cuts (what the MP4 must hold)."""
+    from actors.visemes import apply_cuts
+    from events.viseme import VisemeCut
+
     rate = 22050
     pcm = {e.id: np.frombuffer(e.pcm, "<i2").astype(np.float64) for e in recorded if isinstance(e, AudioChunk)}
     track = np.zeros(n * rate // fps + rate)
-    for t in (e for e in recorded if isinstance(e, VisemeTrack)):
+    tracks = apply_cuts((e for e in recorded if isinstance(e, VisemeTrack)),
+                        (e for e in recorded if isinstance(e, VisemeCut)))
+    for t in tracks.values():
         at = t.start_ms * rate // 1000
-        samples = pcm[t.audio][: max(0, len(track) - at)]
+        samples = pcm[t.audio][: max(0, min(len(track) - at, (t.end_ms - t.start_ms) * rate // 1000))]
         track[at:at + len(samples)] += samples
     per = rate // fps
     return np.sqrt((track[: n * per].reshape(n, per) ** 2).mean(axis=1)) / 32768
@@ -101,7 +106,7 @@ async def test_a_slow_renderer_steps_the_resolution_down_and_back_up(nats_server
     assert slow and median([f.late_ms for f in slow]) < median([f.late_ms for f in early])  # type: ignore[attr-defined]
     assert {f.resolution for f in slow} == {"480p"}, (down, switched)  # type: ignore[attr-defined]
     # The audio never stutters: the MP4 holds the speech exactly where lipsync placed it.
-    recorded = read_events(engine, result.run, ["audio.chunk", "viseme.track"])
+    recorded = read_events(engine, result.run, ["audio.chunk", "viseme.track", "viseme.cut"])
     got = audio_energy_per_frame(str(result.mp4))
     want = expected_energy(recorded, 25, len(got))
     speech = want > 0.01

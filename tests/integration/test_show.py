@@ -65,10 +65,10 @@ async def test_mouths_move_with_the_speech_and_rest_in_silence(demo) -> None:  #
     loud = 0.02 * float(energy.max())
     talking = [n for n in frames if open_mouth[n]]
     silent = [n for n in frames if energy[n] < 1e-4]
-    assert len(talking) > 50 and len(silent) >= 10
+    assert len(talking) > 50 and len(silent) >= 10, (len(talking), len(silent), len(frames))
     # A mouth shaped by a viseme has sound under it; near-silence has closed mouths.
-    assert np.mean([energy[n] > loud for n in talking]) > 0.9
-    assert np.mean([not open_mouth[n] for n in silent]) > 0.95
+    assert np.mean([energy[n] > loud for n in talking]) > 0.9, np.mean([energy[n] > loud for n in talking])
+    assert np.mean([not open_mouth[n] for n in silent]) > 0.95, [n for n in silent if open_mouth[n]]
 
 
 async def test_every_cue_is_spoken_and_nothing_is_recorded_twice(demo) -> None:  # type: ignore[no-untyped-def]

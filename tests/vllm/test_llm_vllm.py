@@ -5,7 +5,9 @@ metrics, and a show whose llm worker serves replies from vLLM in its own process
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -123,13 +125,16 @@ async def test_a_show_gets_its_replies_from_an_llm_worker_on_vllm(tiny_model: Pa
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TROUPE_NATS_URL": server.url, "TROUPE_LLM_BACKEND": "vllm",
            "TROUPE_VLLM_MODEL": str(tiny_model), "TROUPE_METRICS_PORT": str(port),
            "TROUPE_STATE_DIR": str(tmp_path / "worker"),
-           # The tiny model's replies are noise: no opener before them (the show's room is for two
-           # each; the director here is told the scripted backend, so it sends none either), and
-           # its one sentence is the whole reply: waited for however long a loaded machine takes.
-           "TROUPE_OPENERS": "off", "TROUPE_LLM_FIRST_SENTENCE_MS": "0"}
+           # The tiny model's replies are noise: no opener before them (the director here is told
+           # the scripted backend, so it sends none either), and its one sentence is the whole
+           # reply: waited for however long a loaded machine takes, and kept short (one sentence
+           # of 72 tokens is about 28 s of speech, which would hold the floor past the other
+           # role's comment's wait).
+           "TROUPE_OPENERS": "off", "TROUPE_LLM_FIRST_SENTENCE_MS": "0", "TROUPE_LLM_MAX_TOKENS": "12"}
     with (tmp_path / "llm.log").open("w") as log:
         worker = subprocess.Popen(  # noqa: ASYNC220 - started once, then watched
-            [sys.executable, "-m", "app.cli", "actor", "llm"], env=env, stderr=log)
+            [sys.executable, "-m", "app.cli", "actor", "llm"], env=env, stderr=log,
+            start_new_session=True)  # its own process group: the engine's processes go with it on a failure
     try:
         settings = load_settings(environ={}, nats_url=server.url, state_dir=tmp_path / "state",
                                  out_dir=tmp_path / "out", metrics_port=-1)
@@ -139,8 +144,9 @@ async def test_a_show_gets_its_replies_from_an_llm_worker_on_vllm(tiny_model: Pa
                 {"id": "rex", "name": "Rex", "persona": "A grumpy dragon.", "language": "en",
                  "llm": {"adapter": str(tiny_model / "lora-0")}},
             ],
-            "script": [{"at": 0.5 + i, "user": f"viewer{i}", "text": f"Hello {name}, how are you?", "to": name}
-                       for i, name in enumerate(["mika", "rex", "mika", "rex"])],
+            # One comment each, the second after the first reply is spoken (about 4 s of speech).
+            "script": [{"at": at, "user": f"viewer{i}", "text": f"Hello {name}, how are you?", "to": name}
+                       for i, (at, name) in enumerate([(0.5, "mika"), (8.0, "rex")])],
         })
         async with Stage(settings) as stage:
             async def ready() -> bool:
@@ -154,9 +160,9 @@ async def test_a_show_gets_its_replies_from_an_llm_worker_on_vllm(tiny_model: Pa
 
             await wait_for(ready, timeout_s=240, what="the llm worker's engine is up")
             names = ["director", "tts", "lipsync", "qos", "recorder"]
-            # A fixed run id: the same cue ids, so the same seeded replies every time; the tiny
-            # model's replies are one long sentence, so the show leaves room for two of them each.
-            result = await run_show(stage, show, 16.0, names=names, run_id="vllmshow", drain_timeout_s=120)
+            # A fixed run id: the same cue ids, so the same seeded replies every time; the show
+            # leaves rex's reply 12 s to be written and spoken.
+            result = await run_show(stage, show, 20.0, names=names, run_id="vllmshow", drain_timeout_s=120)
             events = read_events(stage.engine, result.run)
         completed = [e for e in events if isinstance(e, UtteranceCompleted)]
         dropped = [(e.role, e.reason) for e in events if isinstance(e, UtteranceDropped)]
@@ -177,9 +183,20 @@ async def test_a_show_gets_its_replies_from_an_llm_worker_on_vllm(tiny_model: Pa
         await wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in engine_processes),
                        timeout_s=30, what="the engine's processes exit")
     finally:
-        if worker.poll() is None:
-            worker.kill()
+        if worker.poll() is None or _alive_in_group(worker.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(worker.pid, signal.SIGKILL)  # the worker and vLLM's engine processes
+            worker.wait()
         await server.stop()
+
+
+def _alive_in_group(pgid: int) -> bool:
+    """Whether a process of this group still runs (a failed test's engine processes)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _children(pid: int) -> list[int]:

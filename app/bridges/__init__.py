@@ -1,0 +1,1 @@
+"""Platform connectors (Twitch, Bilibili, YouTube) and the bridge that publishes their chat."""

@@ -1,0 +1,1 @@
+"""Loopback peers that speak the platforms' protocols, for the connector tests and bench.bridges."""

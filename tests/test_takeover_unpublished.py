@@ -1,0 +1,43 @@
+"""A standby's rebuilt director publishes what the last holder decided and never published (it
+died between deciding and publishing, or an input's time was known only roughly): the comment
+is not left without its outcome, and nothing stored is sent again."""
+
+from __future__ import annotations
+
+from actors.director import Director
+from actors.runtime.takeover import _replay, unpublished
+from events.base import Event
+from events.cue import CueIssued
+from events.danmaku import DanmakuReceived
+from infra.settings import load_settings
+from tests.showkit import demo_run
+
+
+def _rebuilt(*inputs: tuple[int, Event], last_ms: int) -> list[Event]:
+    run = demo_run()
+    return _replay(Director(load_settings(environ={})), run, [(0, run), *inputs], last_ms)
+
+
+def test_a_decision_nobody_published_is_published_with_what_goes_with_it() -> None:
+    question = DanmakuReceived(id="d1", run="r1", user="ann", text="@rex what is a gpu?", t_ms=2000)
+    emitted = _rebuilt((2000, question), last_ms=3000)
+    cue = next(e for e in emitted if isinstance(e, CueIssued) and e.causation == "d1")
+    # The run's own lines were stored (their cause, the run's start, has answers stored): only
+    # the comment's cue is missing, and what it caused with it.
+    own = [e for e in emitted if e.causation == "r1-start"]
+    stored = {e.id for e in own}
+    caused = {"r1-start": 0}
+    missing = unpublished(emitted, stored, caused)
+    assert cue in missing
+    assert all(e.causation in ("d1", cue.id) for e in missing), [(e.type, e.causation) for e in missing]
+    assert not any(e.id in stored for e in missing)
+
+
+def test_an_input_answered_in_the_store_keeps_that_answer_alone() -> None:
+    question = DanmakuReceived(id="d1", run="r1", user="ann", text="@rex what is a gpu?", t_ms=2000)
+    emitted = _rebuilt((2000, question), last_ms=3000)
+    stored = {e.id for e in emitted if e.causation == "r1-start"}
+    # The last holder answered d1 otherwise (say it skipped it, under another id): nothing more.
+    assert unpublished(emitted, stored | {"another-answer"}, {"r1-start": 0, "d1": 2000}) == []
+    # Everything stored: nothing to send.
+    assert unpublished(emitted, {e.id for e in emitted}, {"r1-start": 0, "d1": 2000}) == []

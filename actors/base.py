@@ -24,6 +24,7 @@ from events.base import Event
 from events.errors import HandlerError
 from events.run import RunStarted
 from events.subjects import PREFIX
+from infra.settings import Settings, run_settings
 
 __all__ = [
     "Actor", "Arrival", "BatchActor", "ClockedActor", "Context", "Handled", "HandlerError", "Input",
@@ -49,6 +50,15 @@ class Context:
     # The input came from outside the run's causal chains (no causation) and was published
     # after the run's run.ended: a late input (the director rejects a late danmaku).
     ended: bool = False
+    # The run's settings (the kernel's: the process's with the run's recorded ones applied).
+    settings: Settings | None = None
+
+    def settings_over(self, own: Settings) -> Settings:
+        """The settings a handler follows: the run's as the kernel gave them, else (a context made
+        by hand) ``own`` with the run's recorded ones applied."""
+        if self.settings is not None:
+            return self.settings
+        return run_settings(own, self.run.config) if self.run is not None else own
 
     @property
     def run_id(self) -> str:

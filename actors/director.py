@@ -41,7 +41,7 @@ from events.danmaku import (
 from events.run import RunEnded, RunStarted
 from events.show import RoleSpec, Show, blocked, show_from_dict
 from events.utterance import UtteranceChunk, UtteranceDropped
-from infra.settings import Settings, for_run
+from infra.settings import Settings
 from schedulers.choice import GREETING, comment_kind
 from schedulers.pace import Pace, paced
 from schedulers.stage import (
@@ -184,7 +184,7 @@ class Director(ClockedActor):
         assert ctx.run is not None
         state = self._runs.get(ctx.run.run)
         if state is None:
-            settings = for_run(self.settings, ctx.run.config)
+            settings = ctx.settings_over(self.settings)
             policy = StagePolicy(backlog_ms=settings.stage_backlog_ms, pause_ms=settings.reply_pause_ms,
                                  deck_ms=settings.deck_ms)
             show = show_from_dict(ctx.run.show)

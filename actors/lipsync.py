@@ -31,7 +31,7 @@ from events.run import RunStarted
 from events.show import show_from_dict
 from events.utterance import UtteranceDropped
 from events.viseme import FaceChanged, VisemeCut, VisemeMark, VisemeTrack
-from infra.settings import Settings, for_run
+from infra.settings import Settings, run_settings
 
 ANTICIPATION_MS = 20
 # An interruption takes effect this long after it is decided: two frames, so that the cut reaches
@@ -121,7 +121,7 @@ class LipsyncActor(Actor):
     def _stage(self, run: str, ctx: Context) -> _Stage:
         stage = self._stages.get(run)
         if stage is None:
-            pause = for_run(DEFAULTS, ctx.run.config).reply_pause_ms if ctx.run is not None else 0
+            pause = ctx.settings_over(DEFAULTS).reply_pause_ms if ctx.run is not None else 0
             stage = self._stages[run] = _Stage(pause_ms=pause)
         return stage
 
@@ -174,7 +174,7 @@ class LipsyncActor(Actor):
     def _interrupt(stage: _Stage, utt: _Utterance, chunk: AudioChunk, ctx: Context) -> list[Event]:
         """A reply urgent enough takes the floor now: every reply on the timeline beyond this
         moment that is not urgent itself is cut where it is (one not yet begun, whole)."""
-        threshold = for_run(DEFAULTS, ctx.run.config if ctx.run else {}).interrupt_priority
+        threshold = ctx.settings_over(DEFAULTS).interrupt_priority
         if utt.priority < threshold:
             return []
         now = ctx.now_ms + CUT_LEAD_MS
@@ -335,7 +335,7 @@ class LipsyncActor(Actor):
 def _planner(stage: _Stage, run: RunStarted | None) -> FacePlanner | None:
     """The run's face planner, made when its first speech is placed (None without a run)."""
     if stage.faces is None and run is not None:
-        settings = for_run(DEFAULTS, run.config)
+        settings = run_settings(DEFAULTS, run.config)
         roles = [(r.id, r.name) for r in show_from_dict(run.show).roles]
         stage.faces = FacePlanner(roles, settings.face_hold_ms, settings.face_linger_ms)
         stage.ease_ms = settings.face_ease_ms

@@ -141,6 +141,7 @@ class LLMActor(ScheduledActor):
         self._writers: dict[tuple[str, str | None], ReplyWriter] = {}
         self._spoken: dict[str, deque[tuple[str, str, str]]] = {}  # run -> (utterance, role, text) on stage
         self._shows: dict[str, Show] = {}
+        self._settings: dict[str, Settings] = {}  # run -> its settings (the kernel's)
         self.factors: dict[str, dict[str, float]] = {}  # run -> role -> QoS weight factor
         self.throttle = ThrottlePolicy()
         self.windows: dict[str, int] = {}  # run -> tokens allowed ahead of speech (QoS)
@@ -167,7 +168,7 @@ class LLMActor(ScheduledActor):
     def noticed(self, event: Event) -> None:
         if isinstance(event, CueIssued) and event.opener:
             self._note_opened(event)
-        if isinstance(event, CueIssued) and event.priority >= self.settings.interrupt_priority:
+        if isinstance(event, CueIssued) and event.priority >= self.settings_of(event.run).interrupt_priority:
             with self._urgent_lock:
                 self._urgent[event.id] = (event.run, event.seq)
                 writing = self._writing
@@ -200,7 +201,7 @@ class LLMActor(ScheduledActor):
         """The urgent cue the reply gives way to: one of its run the director issued after it and
         the writer has not taken up yet (None: it goes on).  The director's plan cut the reply
         for it; a cue issued before the urgent one was planned around it."""
-        if event.priority >= self.settings.interrupt_priority:
+        if event.priority >= self.settings_of(event.run).interrupt_priority:
             return None
         with self._urgent_lock:
             return min((u for u, (run, seq) in self._urgent.items() if _gives_way(event, run, seq)), default=None)
@@ -216,11 +217,11 @@ class LLMActor(ScheduledActor):
 
     def holds(self, run: str) -> bool:
         return any(run in per_run for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken,
-                                                     self._written, self._pace))
+                                                     self._written, self._pace, self._settings))
 
     def release(self, run: str) -> None:
         for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken, self._written,
-                        self._pace):
+                        self._pace, self._settings):
             per_run.pop(run, None)
 
     def close(self) -> None:
@@ -234,7 +235,7 @@ class LLMActor(ScheduledActor):
         """The role's writer: the backend (and model) its show entry names, else the settings';
         a writer that cannot write the role's language falls back to the scripted replies."""
         writer = (self.writer if role.llm_backend is None and role.llm_model is None else
-                  self._built(role.llm_backend or self.settings.llm_backend, role.llm_model))
+                  self._built(role.llm_backend or self.settings.llm_backend, role.llm_model))  # process's own: the worker's backend
         languages = getattr(writer, "languages", None)
         if languages is not None and role.language not in languages:
             if ("scripted", None) not in self._writers:  # said once, when the fallback is first built
@@ -255,7 +256,12 @@ class LLMActor(ScheduledActor):
         show = self._shows.get(ctx.run.run)
         if show is None:
             show = self._shows[ctx.run.run] = show_from_dict(ctx.run.show)
+            self._settings[ctx.run.run] = ctx.settings_over(self.settings)
         return show
+
+    def settings_of(self, run: str) -> Settings:
+        """A run's settings, as its first cue's context gave them (the process's before that)."""
+        return self._settings.get(run, self.settings)
 
     def handle(self, event: Event, ctx: Context) -> Handled:
         if isinstance(event, RoleWeightsChanged):
@@ -403,7 +409,8 @@ class LLMActor(ScheduledActor):
                 reason=f"role {event.role!r} is not in the show", **common,
             )]
         persona = Persona(role.id, role.name, role.persona, role.language, role.keywords, role.llm_adapter)
-        limit = min(self.settings.llm_max_sentences, event.max_sentences or self.settings.llm_max_sentences)
+        settings = self.settings_of(event.run)
+        limit = min(settings.llm_max_sentences, event.max_sentences or settings.llm_max_sentences)
         if event.verbatim:
             limit = 64  # said word for word, whole
         context = tuple(f"{_name(show, who)}: {text}" for _, who, text in self._spoken.get(event.run, ()))
@@ -422,7 +429,7 @@ class LLMActor(ScheduledActor):
                 log.info("%s: the writer is %d ms behind the cue's deadline: the scripted line after its opener",
                          event.id, ctx.now_ms - event.deadline_ms)
                 writer = scripted
-        budget = self.settings.llm_first_sentence_ms
+        budget = settings.llm_first_sentence_ms
         if budget and event.begins_ms:  # on deck: until its speech is planned to begin
             budget = max(budget, event.begins_ms - ctx.now_ms - SPEAK_MARGIN_MS)
         return _Cue(event, role, persona, prompt, limit, writer, opener, budget)  # limit: the stage's room
@@ -457,7 +464,7 @@ class LLMActor(ScheduledActor):
             held.spoken_chunks.add(0)
         stream = self._or_scripted(cue, sentences, held)
         marks: list[float] = [time.perf_counter()]  # when writing began, then each sentence
-        if event.priority < self.settings.interrupt_priority and not event.verbatim:
+        if event.priority < self.settings_of(run).interrupt_priority and not event.verbatim:
             with self._urgent_lock:
                 self._writing = (event, cue.writer)
         try:
@@ -609,7 +616,7 @@ class LLMActor(ScheduledActor):
     def _blocked(self, text: str, cue: _Cue) -> bool:
         """Whether a written sentence contains a blocked word (the same list as for danmaku)."""
         show = self._shows.get(cue.event.run)
-        return blocked(text, (*self.settings.blocklist, *(show.blocklist if show is not None else ())))
+        return blocked(text, (*self.settings_of(cue.event.run).blocklist, *(show.blocklist if show is not None else ())))
 
     def _ended_early(self, run: str, held: _Held, event: CueIssued, seq: int, ctx: Context) -> list[Event]:
         """The writer said a sentence was not the last and then ended: the sentence still held

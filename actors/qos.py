@@ -49,6 +49,7 @@ class _RunQos:
     window_tokens: int
     factors: dict[str, float] = field(default_factory=dict)
     last_wait: dict[str, tuple[int, float]] = field(default_factory=dict)  # role -> (t_ms, worst wait)
+    wait_budget_ms: int = 0       # the run's role_wait_budget_ms
 
 
 class QosActor(Actor):
@@ -71,6 +72,7 @@ class QosActor(Actor):
             state = self._runs[ctx.run.run] = _RunQos(
                 ResolutionLadder(RESOLUTIONS, ctx.run.resolution, LadderPolicy(budget_ms=1000 / ctx.run.fps)),
                 LatencyBaselines(), self.throttle.max_tokens,
+                wait_budget_ms=ctx.settings_over(self.settings).role_wait_budget_ms,
             )
         return state
 
@@ -130,7 +132,7 @@ class QosActor(Actor):
         role = e.source.split(":", 1)[-1]
         t, worst = state.last_wait.get(role, (e.t_ms, 0.0))
         state.last_wait[role] = (e.t_ms, max(worst, e.value) if t == e.t_ms else e.value)
-        budget = self.settings.role_wait_budget_ms
+        budget = state.wait_budget_ms
         factor = state.factors.get(role, 1.0)
         if e.value <= budget or factor >= MAX_FACTOR:
             return []
@@ -145,7 +147,7 @@ class QosActor(Actor):
         calm = [
             role for role, factor in state.factors.items() if factor > 1.0 and (
                 e.window_end_ms - state.last_wait.get(role, (0, 0.0))[0] > QUIET_MS
-                or state.last_wait[role][1] <= self.settings.role_wait_budget_ms / 2
+                or state.last_wait[role][1] <= state.wait_budget_ms / 2
             )
         ]
         if not calm:

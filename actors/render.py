@@ -30,7 +30,7 @@ from events.qos import FramesObserved, QosObserved, ResolutionChanged
 from events.run import RunEnded, RunStarted
 from events.show import RESOLUTIONS, Show, resolution_name, show_from_dict
 from events.viseme import FaceChanged, VisemeCut, VisemeTrack
-from infra.settings import Settings, for_run
+from infra.settings import Settings, run_settings
 from schedulers.baseline import nearest_rank
 
 log = logging.getLogger(__name__)
@@ -216,7 +216,7 @@ class RenderActor(ClockedActor):
         if run.run in self._shows:
             return
         renderer, roles, spec = prepared or self._drawer(run)  # built here when not ahead (a takeover)
-        quality = for_run(self.settings, run.config).jpeg_quality
+        quality = run_settings(self.settings, run.config).jpeg_quality
         # A planned length bounds the frames before run.ended arrives: that event is published
         # at the very show time of the first frame past the end, and often handled after it.
         planned = frame_count(run.duration_ms, run.fps) if run.duration_ms > 0 else None
@@ -471,7 +471,7 @@ class Redrawer:
         """``faces``: the run's recorded ``viseme.face`` events, in the order they were emitted;
         ``segments``: its ``cue.segment`` events (for the back wall of frames never drawn)."""
         self.run = run
-        self.quality = for_run(settings, run.config).jpeg_quality
+        self.quality = run_settings(settings, run.config).jpeg_quality
         self.memo = FrameMemo(memo_size)
         self.show = show_from_dict(run.show)
         self.faces = FaceTimeline.of([r.id for r in self.show.roles], run.seed,

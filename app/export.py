@@ -13,13 +13,15 @@ import concurrent.futures
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Engine
 
-from actors.base import Context
+from actors.kernel import Kernel, replay
 from events.audio import AudioChunk
+from events.base import Event
 from events.cue import SegmentStarted
 from events.errors import StoreError
 from events.frame import FrameRendered
@@ -77,17 +79,24 @@ def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=".troupe-export-") as tmp:
         sink = SinkActor(settings.replace(out_dir=Path(tmp)))
-        ctx = Context(start, 0)
-        sink.handle(start, ctx)
-        for row in rows:
-            if isinstance(row.event, AudioChunk | VisemeTrack | VisemeCut):
-                sink.handle(row.event, ctx)
-        with concurrent.futures.ThreadPoolExecutor(workers or min(4, os.cpu_count() or 1)) as pool:
-            # A worker takes a batch of frames (a GPU drawer draws and encodes them together).
-            for frames in pool.map(redraw.draw_batch, batches(jobs)):
-                for frame in frames:
-                    sink.handle(frame, ctx)
-        sink.handle(RunEnded(id=f"{run}-export-end", run=run, reason="export", duration_ms=duration_ms), ctx)
+
+        def inputs() -> Iterator[tuple[int, Event]]:
+            """The sink's inputs, all at show time 0: it lays each where its times say, and the
+            run's end writes out what it still holds (the live sink's clock is not needed)."""
+            yield 0, start
+            for row in rows:
+                if isinstance(row.event, AudioChunk | VisemeTrack | VisemeCut):
+                    yield 0, row.event
+            with concurrent.futures.ThreadPoolExecutor(workers or min(4, os.cpu_count() or 1)) as pool:
+                # A worker takes a batch of frames (a GPU drawer draws and encodes them together).
+                for frames in pool.map(redraw.draw_batch, batches(jobs)):
+                    for frame in frames:
+                        yield 0, frame
+            yield 0, RunEnded(id=f"{run}-export-end", run=run, reason="export", duration_ms=duration_ms)
+
+        for _, outputs in replay(Kernel(sink), start, inputs()):  # the sink's reports: not published
+            for _ in outputs:
+                pass
         sink.close()
         written = sink.finished.get(run)
         if written is None or not written.exists():

@@ -30,8 +30,8 @@ from typing import Any
 import orjson
 from sqlalchemy import Engine
 
-from actors.base import Actor, ClockedActor, Context
-from actors.runtime.admission import admit
+from actors.base import Actor, ClockedActor
+from actors.kernel import Kernel, admit, replay
 from actors.runtime.takeover import heard_at
 from app.registry import REEXECUTED, Wiring, entry
 from events import codec
@@ -187,25 +187,30 @@ def _replay_handler(
     name: str, actor: Actor, run: RunStarted, inputs: list[Row], owned: frozenset[str], rec: _Recording,
     clocked: bool = False,
 ) -> Iterator[Divergence | int]:
-    """Feed one actor its inputs (and, when ``clocked``, its clock up to its last recorded output);
-    yields divergences, and the count checked at the end."""
+    """Feed one actor's kernel its inputs, each at the show time it was handled (and, when
+    ``clocked``, its clock up to its last recorded output); yields divergences, and the count
+    checked at the end."""
     produced: set[str] = set()
-    now = 0
     checked = 0
 
-    def calls() -> Iterator[tuple[Row | None, Iterable[Event]]]:
-        nonlocal now
+    def timed() -> Iterator[tuple[int, Event]]:
+        """Each input at the show time it was handled: the earliest its outputs record, else (it
+        caused nothing) the time of the input before it."""
+        now = 0
         for row in inputs:
-            if not admit(actor, row.event, run).handled:  # as the runtime would have: e.g. a playback's
+            if not admit(actor, row.event, run).handled:  # not the actor's: it does not move the clock
                 continue
             mine = [r for r in rec.by_cause.get(row.event.id, []) if r.event.type in owned]
             if mine:
                 now = min(heard_at(r.event) for r in mine)
-            yield row, actor.handle(row.event, Context(run, now))
-        if clocked:
-            last = max((r.event.t_ms for r in rec.rows if r.event.type in owned), default=0)
-            assert isinstance(actor, ClockedActor)
-            yield None, actor.tick(Context(run, last))
+            yield now, row.event
+
+    rows = {id(row.event): row for row in inputs}
+    last = max((r.event.t_ms for r in rec.rows if r.event.type in owned), default=0) if clocked else None
+
+    def calls() -> Iterator[tuple[Row | None, Iterable[Event]]]:
+        for event, outputs in replay(Kernel(actor), run, timed(), last):
+            yield (rows.get(id(event)) if event is not None else None), outputs
 
     for row, outputs in calls():
         for out in outputs:

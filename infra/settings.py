@@ -4,10 +4,14 @@ Each field of ``Settings`` is one setting: its variable is ``TROUPE_<NAME>`` (or
 ``TROUPE_<NAME>_FILE``, a file holding the value: a container secret), its doc is the field's
 ``doc`` metadata, and the reference page (``python -m app.reference``) is made from them.
 
-The determinism contract: the settings in ``RUN_SETTINGS`` shape what the deterministic actors
-emit, so ``troupe up`` records them in ``run.started`` and every process that handles the run,
-and re-execution (``troupe replay --verify``), follows the recorded values, not its own.  A new
-setting that changes what the director, lipsync or the renderer emits belongs there.
+The determinism contract: every setting is the run's unless it is marked the process's own
+(``process=True``: where things are, delivery, credentials, a worker's hardware and models, where
+its output goes).  ``troupe up`` records the run's settings in ``run.started``; every process
+that handles the run, and re-execution (``troupe replay --verify``), follows the recorded
+values, not its own: the actor kernel hands a handler ``Context.settings``, the process's
+settings with the run's recorded ones applied (``run_settings``).  A new setting is the run's
+unless someone marks it otherwise, and a test fails when an actor reads one of the run's
+settings from its own process settings.
 """
 
 from __future__ import annotations
@@ -36,9 +40,10 @@ _DEVICE = re.compile(r"cpu|auto|cuda(:[0-9]+)?")
 T = TypeVar("T")
 
 
-def setting(default: T, doc: str, *, secret: bool = False) -> T:
-    """A field of ``Settings`` with its one-line doc; a secret is left out of the settings' repr."""
-    return field(default=default, metadata={"doc": doc}, repr=not secret)
+def setting(default: T, doc: str, *, secret: bool = False, process: bool = False) -> T:
+    """A field of ``Settings`` with its one-line doc; a secret is left out of the settings' repr
+    (and is always the process's own); ``process``: the process's own, never recorded in a run."""
+    return field(default=default, metadata={"doc": doc, "process": process or secret}, repr=not secret)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,23 +51,23 @@ class Settings:
     """Every knob of a Troupe process; each field has a ``TROUPE_<NAME>`` variable."""
 
     # Where things are
-    nats_url: str | None = setting(None, "the NATS server, or several comma-separated (a cluster's nodes: a client fails over to the others); unset: troupe up starts an embedded one")
-    store_url: str | None = setting(None, "the event store: sqlite:///path.db or postgresql://user@host:port/db; unset: SQLite in the state dir")
-    state_dir: Path = setting(Path(".troupe"), "the embedded NATS server's data and the SQLite store")
-    out_dir: Path = setting(Path("out"), "where the sink writes <run>.mp4")
-    metrics_port: int = setting(0, "the Prometheus /metrics port (0: a free one, printed; -1: no metrics endpoint)")
-    metrics_host: str = setting("127.0.0.1", "the address /metrics binds (0.0.0.0: scrapable from other hosts and containers)")
-    log_format: str = setting("text", "log lines: text, or json (one object per line, with the actor, run, role and correlation of the event being handled)")
+    nats_url: str | None = setting(None, "the NATS server, or several comma-separated (a cluster's nodes: a client fails over to the others); unset: troupe up starts an embedded one", process=True)
+    store_url: str | None = setting(None, "the event store: sqlite:///path.db or postgresql://user@host:port/db; unset: SQLite in the state dir", process=True)
+    state_dir: Path = setting(Path(".troupe"), "the embedded NATS server's data and the SQLite store", process=True)
+    out_dir: Path = setting(Path("out"), "where the sink writes <run>.mp4", process=True)
+    metrics_port: int = setting(0, "the Prometheus /metrics port (0: a free one, printed; -1: no metrics endpoint)", process=True)
+    metrics_host: str = setting("127.0.0.1", "the address /metrics binds (0.0.0.0: scrapable from other hosts and containers)", process=True)
+    log_format: str = setting("text", "log lines: text, or json (one object per line, with the actor, run, role and correlation of the event being handled)", process=True)
     # The show clock and the stage
     resolution: str = setting("720p", "the stage's size: 1080p, 720p, 480p or 360p")
     fps: int = setting(25, "frames per second of the show clock (1 to 60)")
     seed: int = setting(7, "the run's seed (replies, blink phases)")
     # Delivery
-    max_deliver: int = setting(5, "deliveries of an input before it is dead-lettered")
-    ack_wait_s: float = setting(30.0, "an input not acked this long is delivered again")
-    nak_backoff_s: float = setting(0.2, "the first delay before a failed input is tried again (doubled each time)")
-    fetch_batch: int = setting(64, "the most messages an actor fetches at once")
-    max_inflight: int = setting(256, "the most unacked inputs per actor process")
+    max_deliver: int = setting(5, "deliveries of an input before it is dead-lettered", process=True)
+    ack_wait_s: float = setting(30.0, "an input not acked this long is delivered again", process=True)
+    nak_backoff_s: float = setting(0.2, "the first delay before a failed input is tried again (doubled each time)", process=True)
+    fetch_batch: int = setting(64, "the most messages an actor fetches at once", process=True)
+    max_inflight: int = setting(256, "the most unacked inputs per actor process", process=True)
     # The director
     merge_window_ms: int = setting(1500, "near-identical danmaku within this window (or while the first one's reply waits or is spoken) share a cue; 0: no merging")
     max_danmaku_chars: int = setting(200, "longer comments are rejected")
@@ -80,61 +85,61 @@ class Settings:
     llm_max_tokens: int = setting(0, "a model reply's budget of new tokens (0: the backend's own, 72 to 80): a shorter reply holds the floor less long")
     llm_first_sentence_ms: int = setting(3000, "a model with no first sentence this long after it began is stopped and the scripted line said instead (0: wait)")
     openers: str = setting("on", "off: a model reply starts with the model's first sentence, no opener said while it writes")
-    llama_model: str | None = setting(None, "the llama_cpp backend's GGUF file (a role's llm.model overrides it); unset: the shipped Qwen2.5-Coder-0.5B")
-    llama_threads: int | None = setting(None, "the llama_cpp backend's decoding threads; unset: the CPUs but one, 1 to 4")
-    llama_contexts: int = setting(4, "roles the llama_cpp backend keeps a context of their own for (about 100 MB each)")
-    openai_base_url: str | None = setting(None, "the openai backend's server, e.g. http://127.0.0.1:11434/v1 (Ollama) or a llama.cpp server's")
-    openai_model: str | None = setting(None, "the model field of the openai backend's requests (a role's llm.model overrides it)")
-    openai_api_key: str | None = setting(None, "the openai backend's bearer key", secret=True)
-    openai_timeout_s: float = setting(10.0, "the openai backend's limit on connecting, the first token and any pause between two tokens")
-    vllm_model: str | None = setting(None, "the vllm backend's model: a folder in the Hugging Face format (a role's llm.model overrides it)")
-    vllm_engine: str = setting("", "a JSON object of vLLM engine arguments over Troupe's defaults, e.g. {\"gpu_memory_utilization\": 0.5}")
+    llama_model: str | None = setting(None, "the llama_cpp backend's GGUF file (a role's llm.model overrides it); unset: the shipped Qwen2.5-Coder-0.5B", process=True)
+    llama_threads: int | None = setting(None, "the llama_cpp backend's decoding threads; unset: the CPUs but one, 1 to 4", process=True)
+    llama_contexts: int = setting(4, "roles the llama_cpp backend keeps a context of their own for (about 100 MB each)", process=True)
+    openai_base_url: str | None = setting(None, "the openai backend's server, e.g. http://127.0.0.1:11434/v1 (Ollama) or a llama.cpp server's", process=True)
+    openai_model: str | None = setting(None, "the model field of the openai backend's requests (a role's llm.model overrides it)", process=True)
+    openai_api_key: str | None = setting(None, "the openai backend's bearer key", secret=True, process=True)
+    openai_timeout_s: float = setting(10.0, "the openai backend's limit on connecting, the first token and any pause between two tokens", process=True)
+    vllm_model: str | None = setting(None, "the vllm backend's model: a folder in the Hugging Face format (a role's llm.model overrides it)", process=True)
+    vllm_engine: str = setting("", "a JSON object of vLLM engine arguments over Troupe's defaults, e.g. {\"gpu_memory_utilization\": 0.5}", process=True)
     # Voices and faces
-    tts_backend: str = setting("espeak", "the TTS backend of roles whose voice names none: espeak or onnx (troupe up --tts)")
+    tts_backend: str = setting("espeak", "the TTS backend of roles whose voice names none: espeak or onnx (troupe up --tts)", process=True)
     face_ease_ms: int = setting(250, "a face eases into a new expression, and turns, over this long (at most the hold)")
     face_hold_ms: int = setting(1200, "a face keeps an expression at least this long")
     face_linger_ms: int = setting(1500, "a face goes back to neutral this long after a reply ends")
     # Rendering
-    render_device: str = setting("cpu", "where the renderer draws: cpu, cuda, cuda:N, or auto (CUDA when there is one)")
+    render_device: str = setting("cpu", "where the renderer draws: cpu, cuda, cuda:N, or auto (CUDA when there is one)", process=True)
     jpeg_quality: int = setting(80, "the frames' JPEG quality")
-    frame_max_age_s: float = setting(600.0, "how long the frame stream keeps frames")
-    slow_render_ms: float = setting(0.0, "fault injection: each frame costs this many ms more")
-    render_delay_ms: int = setting(5, "how long after its show time a frame is drawn")
+    frame_max_age_s: float = setting(600.0, "how long the frame stream keeps frames", process=True)
+    slow_render_ms: float = setting(0.0, "fault injection: each frame costs this many ms more", process=True)
+    render_delay_ms: int = setting(5, "how long after its show time a frame is drawn", process=True)
     # Streams, standbys and run lifetimes
-    stream_replicas: int = setting(1, "copies of each stream on a JetStream cluster's nodes (1 to 5; 3 survives a node's loss)")
-    lease_ttl_s: float = setting(1.5, "a standby takes over the director, lipsync, renderer or sink this long after its holder died (0.3 to 60)")
-    join_window_s: float = setting(30.0, "the renderer and the sink join a run only this soon after its start")
-    run_grace_s: float = setting(30.0, "a worker keeps an ended run's state this long, then releases it")
-    run_idle_s: float = setting(3600.0, "... and a run's that never ended once idle this long")
-    store_frames: str = setting("digest", "digest: frames stored as SHA-256 and size only; full: the JPEGs too")
+    stream_replicas: int = setting(1, "copies of each stream on a JetStream cluster's nodes (1 to 5; 3 survives a node's loss)", process=True)
+    lease_ttl_s: float = setting(1.5, "a standby takes over the director, lipsync, renderer or sink this long after its holder died (0.3 to 60)", process=True)
+    join_window_s: float = setting(30.0, "the renderer and the sink join a run only this soon after its start", process=True)
+    run_grace_s: float = setting(30.0, "a worker keeps an ended run's state this long, then releases it", process=True)
+    run_idle_s: float = setting(3600.0, "... and a run's that never ended once idle this long", process=True)
+    store_frames: str = setting("digest", "digest: frames stored as SHA-256 and size only; full: the JPEGs too", process=True)
     # Scheduling and QoS
-    scheduler: str = setting("troupe", "the llm and tts queues' order: troupe (role priority) or fifo")
+    scheduler: str = setting("troupe", "the llm and tts queues' order: troupe (role priority) or fifo", process=True)
     interrupt_priority: float = setting(4.0, "a cue at least this urgent takes the floor from the speaking reply")
     role_wait_budget_ms: int = setting(4000, "QoS raises a role's weight while its oldest work waits longer than this")
     # The video and live outputs
-    video_crf: int = setting(23, "H.264 quality (lower: better and larger)")
-    video_preset: str = setting("veryfast", "the x264 preset (speed against size)")
-    video_threads: int = setting(1, "x264 threads per show (0: x264 picks, 1.5 per core: less wall time, about 16% more CPU)")
-    sink_nice: int = setting(10, "the sink's encoding thread yields the cores to the renderer by this much (0: equal; Linux)")
-    rtmp_url: str | None = setting(None, "a live RTMP ingest the sink pushes each run to (FLV, H.264 and AAC; troupe up --rtmp)")
-    hls_dir: Path | None = setting(None, "a live HLS playlist per run under here: <dir>/<run>/index.m3u8 (troupe up --hls)")
-    live_keyint_s: float = setting(2.0, "the keyframe interval with a live output (where a viewer joins, a drop resumes)")
-    live_bitrate_kbps: int = setting(2500, "the video's bitrate cap with a live output")
+    video_crf: int = setting(23, "H.264 quality (lower: better and larger)", process=True)
+    video_preset: str = setting("veryfast", "the x264 preset (speed against size)", process=True)
+    video_threads: int = setting(1, "x264 threads per show (0: x264 picks, 1.5 per core: less wall time, about 16% more CPU)", process=True)
+    sink_nice: int = setting(10, "the sink's encoding thread yields the cores to the renderer by this much (0: equal; Linux)", process=True)
+    rtmp_url: str | None = setting(None, "a live RTMP ingest the sink pushes each run to (FLV, H.264 and AAC; troupe up --rtmp)", process=True)
+    hls_dir: Path | None = setting(None, "a live HLS playlist per run under here: <dir>/<run>/index.m3u8 (troupe up --hls)", process=True)
+    live_keyint_s: float = setting(2.0, "the keyframe interval with a live output (where a viewer joins, a drop resumes)", process=True)
+    live_bitrate_kbps: int = setting(2500, "the video's bitrate cap with a live output", process=True)
     # HTTP
-    http_host: str = setting("127.0.0.1", "the address troupe serve and the preview page bind (0.0.0.0: reachable from other hosts)")
-    http_port: int = setting(8750, "the port of troupe serve (POST /runs/RUN/danmaku) and the preview page (0: a free one)")
-    preview_token: str | None = setting(None, "the token that may send danmaku over HTTP and from the preview page; unset: nobody may", secret=True)
+    http_host: str = setting("127.0.0.1", "the address troupe serve and the preview page bind (0.0.0.0: reachable from other hosts)", process=True)
+    http_port: int = setting(8750, "the port of troupe serve (POST /runs/RUN/danmaku) and the preview page (0: a free one)", process=True)
+    preview_token: str | None = setting(None, "the token that may send danmaku over HTTP and from the preview page; unset: nobody may", secret=True, process=True)
     # Platform chats (troupe bridge, a show's [[sources]])
-    twitch_nick: str = setting("", "the Twitch account the bridge logs in as (with TROUPE_TWITCH_TOKEN); unset: anonymous, read only")
-    twitch_token: str | None = setting(None, "that account's OAuth token (scopes chat:read, and chat:edit to post replies)", secret=True)
-    twitch_post_replies: bool = setting(False, "post each reply to a Twitch viewer back into the chat as the account (opt-in; within Twitch's rate limits)")
-    bilibili_cookie: str | None = setting(None, "a logged-in Bilibili cookie (SESSDATA=...; DedeUserID=...; buvid3=...); unset: Bilibili masks viewers' names and sends uid 0", secret=True)
-    bilibili_app_id: int = setting(0, "the Bilibili Open Live app's id (the code route: sources' code, troupe bridge bilibili --code)")
-    bilibili_key_id: str = setting("", "the Open Live app's access key id")
-    bilibili_key_secret: str | None = setting(None, "the Open Live app's access key secret", secret=True)
-    youtube_api_key: str | None = setting(None, "a YouTube Data API key (a public stream's chat, read only)", secret=True)
-    youtube_oauth_token: str | None = setting(None, "a YouTube OAuth access token instead of a key (scope youtube.readonly)", secret=True)
-    youtube_quota: int = setting(10000, "the YouTube Data API units a day the bridge may spend (each poll of the chat costs 5)")
+    twitch_nick: str = setting("", "the Twitch account the bridge logs in as (with TROUPE_TWITCH_TOKEN); unset: anonymous, read only", process=True)
+    twitch_token: str | None = setting(None, "that account's OAuth token (scopes chat:read, and chat:edit to post replies)", secret=True, process=True)
+    twitch_post_replies: bool = setting(False, "post each reply to a Twitch viewer back into the chat as the account (opt-in; within Twitch's rate limits)", process=True)
+    bilibili_cookie: str | None = setting(None, "a logged-in Bilibili cookie (SESSDATA=...; DedeUserID=...; buvid3=...); unset: Bilibili masks viewers' names and sends uid 0", secret=True, process=True)
+    bilibili_app_id: int = setting(0, "the Bilibili Open Live app's id (the code route: sources' code, troupe bridge bilibili --code)", process=True)
+    bilibili_key_id: str = setting("", "the Open Live app's access key id", process=True)
+    bilibili_key_secret: str | None = setting(None, "the Open Live app's access key secret", secret=True, process=True)
+    youtube_api_key: str | None = setting(None, "a YouTube Data API key (a public stream's chat, read only)", secret=True, process=True)
+    youtube_oauth_token: str | None = setting(None, "a YouTube OAuth access token instead of a key (scope youtube.readonly)", secret=True, process=True)
+    youtube_quota: int = setting(10000, "the YouTube Data API units a day the bridge may spend (each poll of the chat costs 5)", process=True)
     extra: Mapping[str, str] = field(default_factory=dict, metadata={"doc": "free-form settings for an embedding app (no variable)"})
 
     def replace(self, **changes: object) -> Settings:
@@ -190,24 +195,30 @@ def doc(name: str) -> str:
     """A setting's one-line doc ("" when it has none: a test keeps every setting documented)."""
     return str(Settings.__dataclass_fields__[name].metadata.get("doc", ""))
 
-# Settings that shape what the deterministic actors emit: recorded in run.started, followed by
-# every process that handles the run and by re-execution.
-RUN_SETTINGS = (
-    "merge_window_ms", "max_danmaku_chars", "blocklist", "cue_deadline_ms", "jpeg_quality", "interrupt_priority",
-    "stage_backlog_ms", "self_driven", "idle_gap_ms", "reply_pause_ms", "deck_ms", "banter_turns", "openers",
-    "llm_backend",
-    "face_ease_ms", "face_hold_ms", "face_linger_ms",
-)
+def run_scoped(name: str) -> bool:
+    """Whether a setting is the run's (recorded in run.started and followed by every process that
+    handles the run), not the process's own."""
+    f = Settings.__dataclass_fields__[name]
+    return name != "extra" and not f.metadata.get("process", False)
+
+
+# The run's settings, in declaration order (every setting not marked the process's own).
+RUN_SCOPED = tuple(name for name in Settings.__dataclass_fields__ if run_scoped(name))
 
 
 def run_config(settings: Settings) -> dict[str, object]:
-    """The run-scoped settings to record in run.started."""
-    return {name: list(v) if isinstance(v := getattr(settings, name), tuple) else v for name in RUN_SETTINGS}
+    """The run's settings to record in run.started."""
+    return {name: _plain(getattr(settings, name)) for name in RUN_SCOPED}
 
 
-def for_run(settings: Settings, config: Mapping[str, object]) -> Settings:
-    """These settings with a run's recorded run-scoped ones applied (unknown keys ignored)."""
-    changes = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in RUN_SETTINGS}
+def _plain(value: object) -> object:
+    return list(value) if isinstance(value, tuple) else str(value) if isinstance(value, Path) else value
+
+
+def run_settings(settings: Settings, config: Mapping[str, object]) -> Settings:
+    """These settings with a run's recorded ones applied (keys that are not the run's ignored: a
+    run recorded by an older Troupe records fewer, and the process's own fill in the rest)."""
+    changes = {k: tuple(v) if isinstance(v, list) else v for k, v in config.items() if k in RUN_SCOPED}
     return settings.replace(**changes) if changes else settings
 
 

@@ -1,13 +1,13 @@
-"""The one admission decision the runtime, the harness and re-execution share."""
+"""The one admission decision of the kernel, whatever feeds it (JetStream, the store, a list)."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from actors.director import Director
+from actors.kernel import HANDLE, REFUSE, SKIP, admit
 from actors.lipsync import LipsyncActor
 from actors.preview import PreviewActor
-from actors.runtime.admission import HANDLE, REFUSE, SKIP, admit
 from events.danmaku import DanmakuReceived
 from events.run import RunEnded
 from tests.showkit import demo_run

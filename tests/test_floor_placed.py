@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.director import Director
-from actors.runtime.harness import Harness
+from actors.kernel import ListFeed
 from events.cue import CueIssued, FloorFollowed
 from events.danmaku import DanmakuReceived, SpeechPlaced
 from events.run import RunStarted
@@ -25,10 +25,10 @@ def _run() -> RunStarted:
     return dataclasses.replace(demo_run(), duration_ms=600_000)
 
 
-def _harness() -> Harness:
-    harness = Harness(Director(load_settings(environ={}, self_driven="off")), _run())
-    harness.feed(harness.run)
-    return harness
+def _harness() -> ListFeed:
+    feed = ListFeed(Director(load_settings(environ={}, self_driven="off")), _run())
+    feed.feed(feed.run)
+    return feed
 
 
 TEXTS = ("what game are we playing tonight", "this stream is so cozy", "how was your day", "tell us a joke",
@@ -49,32 +49,32 @@ def _cues(events: list[object]) -> list[CueIssued]:
 
 
 def test_the_next_reply_goes_on_deck_before_the_placed_speech_ends() -> None:
-    harness = _harness()
-    [first] = _cues(harness.feed(_comment(1), at_ms=1000))
-    harness.feed(*(_comment(n) for n in range(2, 6)), at_ms=1100)
+    feed = _harness()
+    [first] = _cues(feed.feed(_comment(1), at_ms=1000))
+    feed.feed(*(_comment(n) for n in range(2, 6)), at_ms=1100)
     # Lipsync placed the first reply: 1.2 s from 1300 on, far shorter than its estimate.
-    out = harness.feed(_placed(first, 1300, 2500), at_ms=1400)
+    out = feed.feed(_placed(first, 1300, 2500), at_ms=1400)
     [followed] = [e for e in out if isinstance(e, FloorFollowed)]
     assert (followed.free_ms, followed.heard_ms, followed.causation) == (2500 + POLICY.pause_ms, 1400, followed.causation)
     # The next reply is asked for at once: the floor frees within the deck.
-    [second] = _cues(harness.advance(1400))
+    [second] = _cues(feed.advance(1400))
     assert second.t_ms == 1400
     # Then nothing more until that one is placed and its end is near (by its estimate, not before).
-    assert _cues(harness.advance(2000)) == []
-    harness.feed(_placed(second, 2750, 6000), at_ms=2800)
-    harness.feed(_comment(6), at_ms=3000)  # fresh: it can be on air within its wait limit
-    assert _cues(harness.advance(6000 + POLICY.pause_ms - POLICY.ahead_ms - 1)) == []
-    [third] = _cues(harness.advance(6000 + POLICY.pause_ms - POLICY.ahead_ms))
+    assert _cues(feed.advance(2000)) == []
+    feed.feed(_placed(second, 2750, 6000), at_ms=2800)
+    feed.feed(_comment(6), at_ms=3000)  # fresh: it can be on air within its wait limit
+    assert _cues(feed.advance(6000 + POLICY.pause_ms - POLICY.ahead_ms - 1)) == []
+    [third] = _cues(feed.advance(6000 + POLICY.pause_ms - POLICY.ahead_ms))
     assert third.t_ms == 6000 + POLICY.pause_ms - POLICY.ahead_ms
 
 
 def test_a_reply_dropped_before_it_spoke_frees_the_floor_at_once() -> None:
-    harness = _harness()
-    [first] = _cues(harness.feed(_comment(1), at_ms=1000))
-    harness.feed(_comment(2), at_ms=1050)
-    assert _cues(harness.advance(1200)) == []  # the first reply's estimate holds the floor
-    harness.feed(_placed(first, -1, 0), at_ms=1300)
-    [second] = _cues(harness.advance(1300))
+    feed = _harness()
+    [first] = _cues(feed.feed(_comment(1), at_ms=1000))
+    feed.feed(_comment(2), at_ms=1050)
+    assert _cues(feed.advance(1200)) == []  # the first reply's estimate holds the floor
+    feed.feed(_placed(first, -1, 0), at_ms=1300)
+    [second] = _cues(feed.advance(1300))
     assert second.t_ms == 1300
 
 
@@ -140,35 +140,35 @@ def test_a_line_of_the_show_s_own_placed_on_deck_gives_way_and_the_floor_frees_b
 def test_a_comment_addressed_to_a_role_takes_the_deck_from_a_remark_that_has_not_begun() -> None:
     from events.utterance import UtteranceDropped
 
-    harness = _harness()
-    [first] = _cues(harness.feed(_comment(1), at_ms=1000))
-    harness.feed(_placed(first, 1100, 6000, done=False), at_ms=1200)  # a long reply on air
-    harness.feed(_comment(2), at_ms=4000)
-    [deck] = _cues(harness.advance(6000 + POLICY.pause_ms - POLICY.ahead_ms))  # a remark, on deck
-    harness.feed(_placed(deck, 6200, 11_000), at_ms=deck.t_ms + 50)  # written and placed, not begun
+    feed = _harness()
+    [first] = _cues(feed.feed(_comment(1), at_ms=1000))
+    feed.feed(_placed(first, 1100, 6000, done=False), at_ms=1200)  # a long reply on air
+    feed.feed(_comment(2), at_ms=4000)
+    [deck] = _cues(feed.advance(6000 + POLICY.pause_ms - POLICY.ahead_ms))  # a remark, on deck
+    feed.feed(_placed(deck, 6200, 11_000), at_ms=deck.t_ms + 50)  # written and placed, not begun
     # A question naming a role comes: behind the reply on deck it could not be on air in time.
     named = DanmakuReceived(id="d9", run="r1", text="@Rex what GPU do you use?", user="ann")
-    out = harness.feed(named, at_ms=deck.t_ms + 100)
+    out = feed.feed(named, at_ms=deck.t_ms + 100)
     [dropped] = [e for e in out if isinstance(e, UtteranceDropped)]
     assert dropped.utterance == deck.id and dropped.reason.startswith("yielded:") and dropped.causation == "d9"
-    [answer] = _cues(out + harness.advance(deck.t_ms + 100))
+    [answer] = _cues(out + feed.advance(deck.t_ms + 100))
     assert answer.correlation == "d9" and answer.role == "rex"
     # A remark does not take the deck from another remark.
-    harness = _harness()
-    [first] = _cues(harness.feed(_comment(1), at_ms=1000))
-    harness.feed(_placed(first, 1100, 6000, done=False), at_ms=1200)
-    harness.feed(_comment(2), at_ms=4000)
-    [deck] = _cues(harness.advance(6000 + POLICY.pause_ms - POLICY.ahead_ms))
-    harness.feed(_placed(deck, 6200, 11_000), at_ms=deck.t_ms + 50)
-    out = harness.feed(_comment(3), at_ms=deck.t_ms + 100)
+    feed = _harness()
+    [first] = _cues(feed.feed(_comment(1), at_ms=1000))
+    feed.feed(_placed(first, 1100, 6000, done=False), at_ms=1200)
+    feed.feed(_comment(2), at_ms=4000)
+    [deck] = _cues(feed.advance(6000 + POLICY.pause_ms - POLICY.ahead_ms))
+    feed.feed(_placed(deck, 6200, 11_000), at_ms=deck.t_ms + 50)
+    out = feed.feed(_comment(3), at_ms=deck.t_ms + 100)
     assert not [e for e in out if isinstance(e, UtteranceDropped)]
     # Nor does a named comment that can be on air within its wait limit behind the deck.
-    harness = _harness()
-    [first] = _cues(harness.feed(_comment(1), at_ms=1000))
-    harness.feed(_placed(first, 1100, 6000, done=False), at_ms=1200)
-    harness.feed(_comment(2), at_ms=4000)
-    [deck] = _cues(harness.advance(6000 + POLICY.pause_ms - POLICY.ahead_ms))
-    out = harness.feed(dataclasses.replace(named, id="d10"), at_ms=deck.t_ms + 100)
+    feed = _harness()
+    [first] = _cues(feed.feed(_comment(1), at_ms=1000))
+    feed.feed(_placed(first, 1100, 6000, done=False), at_ms=1200)
+    feed.feed(_comment(2), at_ms=4000)
+    [deck] = _cues(feed.advance(6000 + POLICY.pause_ms - POLICY.ahead_ms))
+    out = feed.feed(dataclasses.replace(named, id="d10"), at_ms=deck.t_ms + 100)
     assert not [e for e in out if isinstance(e, UtteranceDropped)]
 
 

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from actors.director import Director
+from actors.kernel import ListFeed
 from actors.lipsync import LipsyncActor
-from actors.runtime.harness import Harness
 from events import codec
 from events.audio import AudioChunk, PhonemeMark
 from events.base import Event
@@ -80,28 +80,28 @@ def test_an_event_with_a_field_changed_or_removed_decodes_or_is_refused(sample: 
                           st.sampled_from(["comment", "gift", "superchat", "question", "", "??"])),
                 min_size=1, max_size=8))
 def test_the_director_answers_every_comment_whatever_it_holds(comments: list[tuple[str, str, str | None, str]]) -> None:
-    harness = Harness(Director(load_settings(environ={})), demo_run("f2"))
-    harness.feed(demo_run("f2"), at_ms=0)
+    feed = ListFeed(Director(load_settings(environ={})), demo_run("f2"))
+    feed.feed(demo_run("f2"), at_ms=0)
     for i, (text, user, to, kind) in enumerate(comments):
         event = DanmakuReceived(id=f"z{i}", run="f2", text=text, user=user, to=to, kind=kind, t_ms=1000 + i)
         try:
             codec.encode(event)
         except TypeError:
             continue  # lone surrogates: no producer can send them
-        out = harness.feed(event, at_ms=1000 + i * 10)
+        out = feed.feed(event, at_ms=1000 + i * 10)
         for e in out:  # whatever it emits goes on the bus as it is
             assert codec.decode(codec.encode(e)) == e
     # Every comment got its one answer (a cue, a merge, a rejection or a skip) in the end.
-    harness.advance(120_000)
-    answered = {e.event.causation for e in harness.out if e.event.type.startswith(("cue.issued", "cue.merged",
+    feed.advance(120_000)
+    answered = {e.event.causation for e in feed.out if e.event.type.startswith(("cue.issued", "cue.merged",
                                                                                     "danmaku."))}
     sent = {f"z{i}" for i, c in enumerate(comments) if _encodable(c)}
     assert sent <= answered, sent - answered
     # ... and it still answers a plain one.
-    out = harness.feed(DanmakuReceived(id="plain", run="f2", text="hello @rex", user="bob", t_ms=130_000),
+    out = feed.feed(DanmakuReceived(id="plain", run="f2", text="hello @rex", user="bob", t_ms=130_000),
                        at_ms=130_000)
-    harness.advance(200_000)
-    assert any(e.event.causation == "plain" for e in harness.out), out
+    feed.advance(200_000)
+    assert any(e.event.causation == "plain" for e in feed.out), out
 
 
 def _encodable(comment: tuple[str, str, str | None, str]) -> bool:
@@ -118,17 +118,17 @@ def _encodable(comment: tuple[str, str, str | None, str]) -> bool:
 def test_lipsync_takes_odd_audio_and_still_places_the_next_speech(parts: list[tuple[int, int, bytes, int, str]]) -> None:
     """Whole one-chunk replies with odd times, lengths, rates, sound and text: each is placed or
     refused with a reason, and the speech after them is placed."""
-    harness = Harness(LipsyncActor(), demo_run("f3"))
-    harness.feed(demo_run("f3"), at_ms=0)
+    feed = ListFeed(LipsyncActor(), demo_run("f3"))
+    feed.feed(demo_run("f3"), at_ms=0)
     for i, (t_ms, duration_ms, pcm, rate, text) in enumerate(parts):
         odd = AudioChunk(id=f"odd{i}", run="f3", role="rex", causation=f"u{i}", correlation=f"c{i}", t_ms=t_ms,
                          utterance=f"c{i}", seq=0, sample_rate=rate, offset_ms=0, duration_ms=duration_ms,
                          text=text, phonemes=(PhonemeMark("a", 0, duration_ms),), pcm=pcm, last=True)
-        harness.feed(odd, at_ms=100 + i)
+        feed.feed(odd, at_ms=100 + i)
     good = AudioChunk(id="good", run="f3", role="xiaolu", causation="u", correlation="good", t_ms=2000,
                       utterance="good", seq=0, sample_rate=16000, offset_ms=0, duration_ms=1000, text="hello",
                       phonemes=(PhonemeMark("h", 0, 300), PhonemeMark("@", 300, 700)), pcm=b"\x10\x00" * 16000,
                       last=True)
-    harness.feed(good, at_ms=2000)
-    harness.advance(2**31 + 10_000)
-    assert any(e.event.type == "viseme.track" and getattr(e.event, "utterance", None) == "good" for e in harness.out)
+    feed.feed(good, at_ms=2000)
+    feed.advance(2**31 + 10_000)
+    assert any(e.event.type == "viseme.track" and getattr(e.event, "utterance", None) == "good" for e in feed.out)

@@ -14,8 +14,8 @@ import pytest
 
 from actors.director import Director
 from actors.floor import SPARSE_GAP_MS, sparse
+from actors.kernel import ListFeed
 from actors.llm import LLMActor
-from actors.runtime.harness import Harness
 from app.shows import load_show
 from events.cue import CueIssued
 from events.danmaku import DanmakuReceived
@@ -64,10 +64,10 @@ def test_a_show_with_nothing_to_say_speaks_less_and_only_invites_the_chat() -> N
     assert sparse(show_from_dict(run.show), load_settings(environ={}))
     assert not sparse(show_from_dict(run.show), load_settings(environ={}, llm_backend="llama_cpp"))
     assert not sparse(load_show(), load_settings(environ={}))
-    harness = Harness(Director(load_settings(environ={})), run)
-    harness.feed(run)
-    harness.advance(run.duration_ms)
-    cues = [e.event for e in harness.out if isinstance(e.event, CueIssued)]
+    feed = ListFeed(Director(load_settings(environ={})), run)
+    feed.feed(run)
+    feed.advance(run.duration_ms)
+    cues = [e.event for e in feed.out if isinstance(e.event, CueIssued)]
     assert cues and {c.reason for c in cues} == {"invitation"}
     assert all(b.t_ms - a.t_ms >= SPARSE_GAP_MS for a, b in zip(cues, cues[1:], strict=False))
 
@@ -88,21 +88,21 @@ def test_troupe_up_warns_in_one_line_of_a_show_without_material(tmp_path: Path) 
 def test_a_line_of_the_show_s_own_on_deck_gives_way_to_a_comment() -> None:
     run = dataclasses.replace(demo_run(), duration_ms=120_000)
 
-    def show() -> Harness:
-        harness = Harness(Director(load_settings(environ={})), run)
-        harness.feed(run)
-        return harness
+    def show() -> ListFeed:
+        feed = ListFeed(Director(load_settings(environ={})), run)
+        feed.feed(run)
+        return feed
 
     quiet = show()
     quiet.advance(20_000)
     last = [e.event for e in quiet.out if isinstance(e.event, CueIssued)][-1]
-    harness = show()  # the same show, and a comment just after that line was asked for, on deck
-    harness.advance(last.t_ms + 10)
-    out = harness.feed(DanmakuReceived(id="d1", run="r1", text="what should I cook tonight?", user="ann"))
+    feed = show()  # the same show, and a comment just after that line was asked for, on deck
+    feed.advance(last.t_ms + 10)
+    out = feed.feed(DanmakuReceived(id="d1", run="r1", text="what should I cook tonight?", user="ann"))
     [yielded] = [e for e in out if isinstance(e, UtteranceDropped)]
     assert yielded.utterance == last.id and yielded.reason.startswith("yielded")
-    harness.advance(30_000)
-    assert [e.event for e in harness.out if isinstance(e.event, CueIssued) and e.event.danmaku == ("d1",)]
+    feed.advance(30_000)
+    assert [e.event for e in feed.out if isinstance(e.event, CueIssued) and e.event.danmaku == ("d1",)]
 
 
 def test_every_reply_says_where_its_words_came_from() -> None:

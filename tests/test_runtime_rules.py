@@ -1,12 +1,12 @@
 """The runtime's rules without NATS: run lifecycle, derived subject filters, and the in-memory
-harness running a scheduled actor's queue and a clocked actor's clock."""
+feed running a scheduled actor's queue and a clocked actor's clock."""
 
 from __future__ import annotations
 
 from actors.base import Actor, inputs_for
 from actors.director import Director
+from actors.kernel import ListFeed
 from actors.llm import LLMActor
-from actors.runtime.harness import Harness
 from actors.runtime.runs import RunLifecycle
 from app.registry import ACTORS
 from app.shows import load_show
@@ -71,31 +71,31 @@ def test_every_registered_actor_declares_what_it_consumes_and_emits() -> None:
 def test_the_harness_serves_a_scheduled_actor_best_priority_first() -> None:
     run = demo_run()
     llm = LLMActor(load_settings(environ={}, llm_max_sentences=1))
-    harness = Harness(llm, run)
+    feed = ListFeed(llm, run)
     cues = [
         CueIssued(id=f"c{i}", run=run.run, role=role, correlation=f"c{i}", user="v", text="how are you?",
                   seq=i, danmaku=(f"d{i}",), routed_by="addressed", priority=priority, max_sentences=1)
         for i, (role, priority) in enumerate([(ROLES[0], 1.0), (ROLES[1], 4.0)])
     ]
-    chunks = [e for e in harness.feed(*cues) if isinstance(e, UtteranceChunk)]
+    chunks = [e for e in feed.feed(*cues) if isinstance(e, UtteranceChunk)]
     assert chunks[0].role == ROLES[1]  # arrived second, more urgent: written first
     assert {c.correlation for c in chunks} == {"c0", "c1"}
 
 
 def test_the_harness_runs_a_clocked_actor_at_its_due_times() -> None:
     run = demo_run()
-    harness = Harness(Director(load_settings(environ={})), run)
+    feed = ListFeed(Director(load_settings(environ={})), run)
     topics = ["music", "the weather", "your favourite food", "space travel", "old films", "football"]
     comments = [DanmakuReceived(id=f"d{i}", run=run.run, user=f"u{i}", text=f"what do you think about {t}?")
                 for i, t in enumerate(topics)]
     at_once = []
     for d in comments:
-        at_once += harness.feed(d, at_ms=1000 + 10 * len(at_once))
+        at_once += feed.feed(d, at_ms=1000 + 10 * len(at_once))
     # The floor takes one reply at a time: the rest wait in the waiting room and are answered
     # (or let go) when the clock reaches their time, not when they arrive.
     cued_at_once = [e for e in at_once if isinstance(e, CueIssued)]
-    later = harness.advance(30_000)
-    cued_later = [e for e in harness.out if isinstance(e.event, CueIssued) and e.event not in cued_at_once]
+    later = feed.advance(30_000)
+    cued_later = [e for e in feed.out if isinstance(e.event, CueIssued) and e.event not in cued_at_once]
     assert cued_at_once and later
     assert all(e.at_ms > 1000 for e in cued_later)
     assert len(cued_at_once) + len(cued_later) >= 2

@@ -1,5 +1,5 @@
 """The show carries itself: the rundown, the show's own turns and the operator's controls, driven
-through the director without NATS (the in-memory harness, on a clock the test moves)."""
+through the director without NATS (the in-memory feed, on a clock the test moves)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from actors.base import Context
 from actors.director import Director
-from actors.runtime.harness import Harness
+from actors.kernel import ListFeed
 from events.base import Event
 from events.cue import ControlApplied, CueIssued, SegmentStarted
 from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped, OperatorControl
@@ -28,12 +28,12 @@ def _run(duration_ms: int = TEN_MINUTES) -> RunStarted:
 
 
 def _show(run: RunStarted, until_ms: int, inputs: list[tuple[int, Event]] = ()) -> list[Event]:  # type: ignore[assignment]
-    harness = Harness(Director(load_settings(environ={})), run)
-    harness.feed(run)
+    feed = ListFeed(Director(load_settings(environ={})), run)
+    feed.feed(run)
     for at, event in inputs:
-        harness.feed(event, at_ms=at)
-    harness.advance(until_ms)
-    return [e.event for e in harness.out]
+        feed.feed(event, at_ms=at)
+    feed.advance(until_ms)
+    return [e.event for e in feed.out]
 
 
 def _cues(out: list[Event]) -> list[CueIssued]:
@@ -238,11 +238,11 @@ def test_the_show_ends_with_goodbyes_that_fill_its_last_seconds_and_none_past_th
     ended_with_goodbyes = 0
     for end in range(59_000, 66_000, 350):  # wherever the last turn leaves the floor
         run = _run(end)
-        harness = Harness(Director(load_settings(environ={})), run)
-        harness.feed(run)
-        harness.advance(end + 5_000)
-        cues = _cues([e.event for e in harness.out])
-        plan = harness.actor._runs[run.run].plan  # type: ignore[attr-defined]  # noqa: SLF001 - its estimates
+        feed = ListFeed(Director(load_settings(environ={})), run)
+        feed.feed(run)
+        feed.advance(end + 5_000)
+        cues = _cues([e.event for e in feed.out])
+        plan = feed.actor._runs[run.run].plan  # type: ignore[attr-defined]  # noqa: SLF001 - its estimates
         policy = plan.policy
         goodbyes = [c for c in cues if c.reason == "signoff"]
         # Said word for word, each once, after every other turn.

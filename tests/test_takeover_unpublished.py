@@ -5,6 +5,7 @@ is not left without its outcome, and nothing stored is sent again."""
 from __future__ import annotations
 
 from actors.director import Director
+from actors.kernel import Kernel
 from actors.runtime.takeover import _replay, unpublished
 from events.base import Event
 from events.cue import CueIssued
@@ -15,7 +16,7 @@ from tests.showkit import demo_run
 
 def _rebuilt(*inputs: tuple[int, Event], last_ms: int) -> list[Event]:
     run = demo_run()
-    return _replay(Director(load_settings(environ={})), run, [(0, run), *inputs], last_ms)
+    return _replay(Kernel(Director(load_settings(environ={}))), run, [(0, run), *inputs], last_ms)
 
 
 def test_a_decision_nobody_published_is_published_with_what_goes_with_it() -> None:

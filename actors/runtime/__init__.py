@@ -1,7 +1,7 @@
-"""The actor runtime: all of an actor's NATS I/O (``core``), split by concern: one message's way
-(``delivery``), runs, their lookups and lifecycle (``runs``), the queue of scheduled actors
-(``scheduled``), the clock of clocked actors (``clock``), whole batches (``batch``),
-observations for QoS (``observe``); ``harness`` runs one actor in memory."""
+"""The actor runtime: the JetStream feed of the actor kernel (``actors.kernel``): all of an actor's
+NATS I/O (``core``), split by concern: one message's way (``delivery``), runs, their lookups and
+lifecycle (``runs``), whole batches (``batch``),
+observations for QoS (``observe``), a takeover's rebuild from the streams (``takeover``)."""
 
 from actors.runtime.core import ActorRuntime
 from actors.runtime.delivery import AckMetadata, Delivery, ack_metadata

@@ -1,15 +1,16 @@
-"""The only place actors touch NATS: fetch, decode, handle, publish, ack, retry, dead-letter.
+"""The only place actors touch NATS: fetch, decode, publish, ack, retry, dead-letter.
 
-One ``ActorRuntime`` runs one actor.  For every input family it binds a durable
+One ``ActorRuntime`` runs one actor: it is the JetStream feed of the actor's kernel
+(``actors.kernel``), which admits each input, queues or handles it, and ticks the clock.  For every input family it binds a durable
 pull consumer and fetches only as many messages as the actor has room for.  An
 input is acked only after JetStream has stored every event its handler caused;
 output ids are deterministic and double as ``Nats-Msg-Id``, so a redelivered
 input publishes duplicates that JetStream drops.
 
-The actor's kind (``actors.base``) says how it is run: each input on its own, on a
-clock as well (``clock``), through a role-aware queue (``scheduled``), or in whole
-batches (``batch``); ``runs`` knows the runs and when to release one, ``observe``
-what is published for QoS, ``delivery`` one message's way through.
+The kernel says what an input is for (each on its own, a scheduled actor's queue, a
+clocked actor's ticks); a batch actor (the recorder) takes whole fetched batches
+(``batch``); ``runs`` knows the runs and when to release one, ``observe`` what is
+published for QoS, ``delivery`` one message's way through.
 """
 
 from __future__ import annotations
@@ -40,9 +41,8 @@ from actors.base import (
     HandlerError,
     ScheduledActor,
 )
-from actors.runtime.admission import REFUSE, admit
+from actors.kernel import REFUSE, Batch, Kernel
 from actors.runtime.batch import arrivals
-from actors.runtime.clock import next_due
 from actors.runtime.delivery import (
     Delivery,
     decode,
@@ -51,7 +51,6 @@ from actors.runtime.delivery import (
 )
 from actors.runtime.observe import OBSERVE_PERIOD_S, Observations
 from actors.runtime.runs import Clock, RunDirectory, RunLifecycle, RunView
-from actors.runtime.scheduled import WorkQueue
 from actors.runtime.takeover import Takeover, rebuild
 from events.base import Event, derive_id
 from events.error import DeadLettered
@@ -122,10 +121,9 @@ class ActorRuntime:
         self._runs_held = metrics.runs_held.labels(name)
         self._published: dict[str, Any] = {}
         self._hops: dict[str, Any] = {}
-        # Scheduled actors: inputs wait here and are handled in batches of one role.
-        self._queue: WorkQueue[Delivery] | None = (
-            WorkQueue(actor, fifo=settings.scheduler == "fifo") if isinstance(actor, ScheduledActor) else None
-        )
+        # Admission, dispatch, the run's settings, a scheduled actor's queue, a clocked actor's ticks.
+        self.kernel: Kernel[Delivery] = Kernel(actor, fifo=settings.scheduler == "fifo")
+        self._queue = self.kernel.queue  # scheduled actors: inputs wait here, handled in batches of one role
         self._work_ready = asyncio.Event()
         self._batch_runs: set[str] = set()  # the runs of the batch being handled
         self.observations = Observations(name, self.durable)
@@ -149,7 +147,7 @@ class ActorRuntime:
         specs = self.consumer_specs()
         await provision_consumers(self.js, specs)
         if self.actor.takes_over:  # shows on air: their state rebuilt from the streams first
-            self.takeover = await rebuild(self.js, self.actor, specs, self.runs, self.clock(),
+            self.takeover = await rebuild(self.js, self.kernel, specs, self.runs, self.clock(),
                                           self.settings.run_grace_s, self._in_thread, self._published_now)
             for run in self.takeover.runs:
                 self.lifecycle.touch(run)
@@ -232,10 +230,9 @@ class ActorRuntime:
             _, unstored = await asyncio.wait(set(self._storing), timeout=timeout_s)
             for task in unstored:
                 task.cancel()
-        if self._queue is not None:  # work that waited in the scheduler goes back to JetStream
-            for job in list(self._queue.jobs()):
-                with contextlib.suppress(Exception):
-                    await job.payload.msg.nak()
+        for waiting in list(self.kernel.queued()):  # work that waited in the scheduler goes back to JetStream
+            with contextlib.suppress(Exception):
+                await waiting.msg.nak()
         for sub in self._subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -332,9 +329,7 @@ class ActorRuntime:
                 await self._consume_batch(self.actor, batch, spec)
             else:
                 for d in batch:
-                    if self._queue is not None and await self._enqueue(d):
-                        continue
-                    await self._handle(d)
+                    await self._take(d)
             for d in deliveries:
                 if d.outputs and not d.queued:
                     d.futures += await self._publish(d.outputs)
@@ -405,33 +400,38 @@ class ActorRuntime:
         """The handler context for a run at the current show time."""
         return await self.view.context(run_id, self.clock())
 
-    async def _handle(self, d: Delivery) -> None:
+    async def _take(self, d: Delivery) -> None:
+        """Hand one input to the kernel, with what it needs looked up (the run's start, whether the
+        actor joins it, whether the input came after the run's end); queue it, or run its handler."""
         assert d.event is not None and d.meta is not None
         event = d.event
         ctx = await self.context(event.run)
-        joins = late = True
+        run, now_ms, joins = ctx.run, ctx.now_ms, True
         if isinstance(event, RunStarted):
             self.runs.remember(event)
-            ctx = Context(event, int(self.clock() * 1000) - event.started_at_ms)
+            run, now_ms = event, int(self.clock() * 1000) - event.started_at_ms
             joins = bool(d.joins)  # looked up as it arrived (``_process``)
         elif isinstance(event, RunEnded):
             self.runs.remember_end(event.run, d.meta.timestamp_ns // 1000)
             self.lifecycle.ended(event.run)
-        late = (ctx.run is not None and event.causation is None and not isinstance(event, RunStarted | RunEnded)
+        late = (run is not None and event.causation is None and not isinstance(event, RunStarted | RunEnded)
                 and await self.view.late(event.run, d.meta.timestamp_ns // 1000))
-        decision = admit(self.actor, event, ctx.run, joins=joins, late=late)
-        if decision.action == REFUSE:
-            d.fail(decision.reason, permanent=True)
+        wall_ms = int(self.clock() * 1000)
+        taken = self.kernel.take(event, run, now_ms, joins=joins, late=late, payload=d, wall_ms=wall_ms)
+        if taken.admission.action == REFUSE:
+            d.fail(taken.admission.reason, permanent=True)
             return
-        if not decision.handled:
+        if taken.ctx is None:  # skipped: not the actor's
             return
-        if decision.ended:
-            ctx = dataclasses.replace(ctx, ended=True)  # an outside input after the end: a late one
-        if ctx.run is not None and not ctx.ended:
-            self.lifecycle.touch(event.run)
-        if not ctx.ended:
+        if not taken.ctx.ended:
+            if run is not None:
+                self.lifecycle.touch(event.run)
             self._observe_input(d)
-        await self._call([d], f"{event.type} {event.id}", self.actor.handle, event, ctx, observed=not ctx.ended)
+        if taken.queued:
+            d.queued, d.progress_ms = True, wall_ms
+            self._work_ready.set()
+            return
+        await self._call([d], f"{event.type} {event.id}", taken.handle, observed=not taken.ctx.ended)
         self._tick_wakeup.set()
 
     async def _call(
@@ -449,7 +449,7 @@ class ActorRuntime:
             try:
                 result = await self._in_thread(fn, *args) if self.actor.blocking else fn(*args)
                 for d, outputs in zip(deliveries, result if batch else [result], strict=True):
-                    await self._take(d, outputs)
+                    await self._collect(d, outputs)
             finally:
                 LOG_CONTEXT.reset(ids)
         except HandlerError as exc:
@@ -464,7 +464,7 @@ class ActorRuntime:
         if self.actor.observed and observed:
             self.observations.handler(deliveries[0].run, elapsed * 1000)
 
-    async def _take(self, d: Delivery, outputs: Iterable[Event]) -> None:
+    async def _collect(self, d: Delivery, outputs: Iterable[Event]) -> None:
         """Collect a handler's outputs; a generator's are published one by one as it yields them."""
         if isinstance(outputs, list | tuple):
             d.outputs.extend(outputs)
@@ -479,63 +479,45 @@ class ActorRuntime:
 
     # -- scheduled actors -----------------------------------------------------
 
-    async def _enqueue(self, d: Delivery) -> bool:
-        """Queue a delivery in the scheduler; False when it is to be handled at once."""
-        assert d.event is not None and self._queue is not None and isinstance(self.actor, ScheduledActor)
-        event = d.event
-        ctx = await self.context(event.run)
-        if ctx.run is None or isinstance(event, RunStarted):
-            return False
-        if ctx.run.replay_of is not None and not self.actor.plays_replays:
-            return False
-        work = self.actor.work(event, ctx)
-        if work is None:
-            return False
-        now = int(self.clock() * 1000)
-        self._queue.add(id(d), d, work, ctx, event.run, now)
-        self.lifecycle.touch(event.run)
-        d.queued, d.progress_ms = True, now
-        self._observe_input(d)
-        self._work_ready.set()
-        return True
-
     async def _work_loop(self) -> None:
         """Run the scheduler's batches; priorities are looked at again at least every 50 ms."""
-        assert self._queue is not None and isinstance(self.actor, ScheduledActor)
-        queue, actor = self._queue, self.actor
+        assert self._queue is not None
+        queue, kernel = self._queue, self.kernel
         while not self._stopping.is_set():
             if not len(queue):
                 self._work_ready.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._work_ready.wait(), 0.05)
             now = int(self.clock() * 1000)
-            for d in queue.expired(now):
-                assert d.event is not None
+            async with self._lock:
+                expired = kernel.expired(now)
+            for d, outputs in expired:
                 async with self._lock:
-                    ctx = await self.context(d.event.run)
-                    d.outputs.extend(actor.expired(d.event, ctx))
+                    d.outputs.extend(outputs)
                     d.futures += await self._publish(d.outputs)
                 await self._complete([d])
-            ready = queue.next_batch(now)
-            if ready is None:
+            batch = kernel.next_batch(now)
+            if batch is None:
                 continue
-            role, deliveries = ready
-            queue.working = len(deliveries)
-            self._batch_runs = {d.run for d in deliveries}
+            queue.working = len(batch.payloads)
+            self._batch_runs = {d.run for d in batch.payloads}
             try:
-                await self._run_batch(actor, deliveries)
+                await self._run_batch(batch)
             finally:
                 queue.working = 0
                 self._batch_runs = set()
-            queue.served(role, int(self.clock() * 1000))
+            kernel.served(batch, int(self.clock() * 1000))
 
-    async def _run_batch(self, actor: ScheduledActor, deliveries: list[Delivery]) -> None:
-        events = [d.event for d in deliveries if d.event is not None]
+    async def _run_batch(self, batch: Batch[Delivery]) -> None:
+        deliveries = batch.payloads
         # Not under the lock: fetching and queueing go on while a batch runs.  The actor's
         # state is still touched by one caller at a time: blocking actors run everything on
         # their one worker thread, the others on the event loop.
-        ctx = await self.context(events[0].run)
-        await self._call(deliveries, f"a batch of {len(events)}", actor.handle_batch, events, ctx, batch=True)
+        ctx = await self.context(batch.events[0].run)
+        if batch.run is None:  # released while it waited: the run as looked up
+            batch.run = ctx.run
+        await self._call(deliveries, f"a batch of {len(batch.events)}", self.kernel.handle_batch, batch, ctx.now_ms,
+                         batch=True)
         async with self._lock:
             for d in deliveries:
                 if d.outputs:
@@ -558,7 +540,7 @@ class ActorRuntime:
             waiting = []
             keep_alive = []
             for job in self._queue.jobs():
-                d: Delivery = job.payload
+                d: Delivery = job.payload[0]
                 waiting.append((d.run, job.role, job.arrival_ms))
                 if now_ms - d.progress_ms > self.settings.ack_wait_s * 1000 / 3:
                     d.progress_ms = now_ms
@@ -705,23 +687,24 @@ class ActorRuntime:
     # -- clocked actors -------------------------------------------------------
 
     async def _tick_loop(self, actor: ClockedActor) -> None:
+        kernel = self.kernel
         while not self._stopping.is_set():
-            due = next_due(actor)
+            due = kernel.next_tick()
             now = self.clock()
-            if due is None or due[0] > now:
-                wait = 0.5 if due is None else min(0.5, due[0] - now)
+            if due is None or due[0] > now * 1000:
+                wait = 0.5 if due is None else min(0.5, due[0] / 1000 - now)
                 self._tick_wakeup.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._tick_wakeup.wait(), wait)
                 continue
             run = due[1]
             async with self._lock:
-                ctx = Context(run, int(self.clock() * 1000) - run.started_at_ms)
+                now_ms = int(self.clock() * 1000) - run.started_at_ms
                 try:
                     if actor.blocking or actor.blocking_tick:
-                        outputs = await self._in_thread(_ticked, actor, ctx)
+                        outputs = await self._in_thread(_ticked, kernel, run, now_ms)
                     else:
-                        outputs = list(actor.tick(ctx))
+                        outputs = _ticked(kernel, run, now_ms)
                 except Exception:  # noqa: BLE001 - a failed tick is logged; the clock goes on
                     log.exception("%s tick failed", actor.name)
                     outputs = []
@@ -751,9 +734,9 @@ class ActorRuntime:
         """Whether the actor still has work for a run: queued inputs, or a tick to come."""
         if run in self._batch_runs:
             return True
-        if self._queue is not None and any(job.payload.run == run for job in self._queue.jobs()):
+        if any(d.run == run for d in self.kernel.queued()):
             return True
-        return isinstance(self.actor, ClockedActor) and self.actor.next_tick(run) is not None
+        return self.kernel.ticks_ahead(run)
 
     async def _housekeeping_loop(self) -> None:
         """Release the state of runs that ended (a grace period ago) or went idle."""
@@ -774,9 +757,9 @@ class ActorRuntime:
         async with self._lock:
             for run in self.lifecycle.due(self._busy):
                 if self.actor.blocking or isinstance(self.actor, ClockedActor) and self.actor.blocking_tick:
-                    await self._in_thread(self.actor.release, run)
+                    await self._in_thread(self.kernel.release, run)
                 else:
-                    self.actor.release(run)
+                    self.kernel.release(run)
                 self.lifecycle.release(run)
                 self.observations.forget(run)
                 self.runs.forget(run)
@@ -808,8 +791,8 @@ def lower_priority(nice: int) -> None:
         log.warning("thread niceness not raised by %d: %s", nice, exc)
 
 
-def _ticked(actor: ClockedActor, ctx: Context) -> list[Event]:
-    return list(actor.tick(ctx))
+def _ticked(kernel: Kernel[Delivery], run: RunStarted, now_ms: int) -> list[Event]:
+    return list(kernel.tick(run, now_ms))
 
 
 def _libc_trim() -> Callable[[int], int] | None:

@@ -44,8 +44,8 @@ from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from actors.base import Actor, ClockedActor, Context, inputs_for
-from actors.runtime.admission import admit
+from actors.base import ClockedActor, inputs_for
+from actors.kernel import Kernel, replay
 from actors.runtime.runs import RunDirectory
 from events import codec
 from events.base import Event
@@ -123,15 +123,17 @@ def _for_run(filters: Sequence[str], run: str) -> list[str]:
 
 
 async def rebuild(
-    js: JetStreamContext, actor: Actor, specs: Sequence[ConsumerSpec], runs: RunDirectory,
+    js: JetStreamContext, kernel: Kernel[Any], specs: Sequence[ConsumerSpec], runs: RunDirectory,
     now_s: float, grace_s: float, in_thread: Callable[..., Awaitable[Any]],
     publish: Callable[[list[Event]], Awaitable[Any]],
 ) -> Takeover:
-    """Re-make the consumers from their floors and rebuild every live run's state in ``actor``
-    (its handlers called through ``in_thread``: the actor's own worker thread); ``publish``
+    """Re-make the consumers from their floors and rebuild every live run's state in the kernel's
+    actor (the kernel fed from the streams, called through ``in_thread``: the actor's own worker
+    thread); ``publish``
     sends what the rebuilt state emitted that nothing stored answers."""
     began = time.perf_counter()
     report = Takeover()
+    actor = kernel.actor
     for spec in specs:
         report.floors[spec.durable] = await restart_from_floor(js, spec)
     outputs = [out for out in inputs_for(actor.emits) if out.family not in UNREAD_FAMILIES]
@@ -168,7 +170,7 @@ async def rebuild(
                 feed.append((handled, i, msg.seq, event))
         feed.sort(key=lambda x: x[:3])
         await in_thread(actor.taking_over, run.run)
-        emitted = await in_thread(_replay, actor, run, [(at, event) for at, _, _, event in feed], last_ms)
+        emitted = await in_thread(_replay, kernel, run, [(at, event) for at, _, _, event in feed], last_ms)
         unsaid = unpublished(emitted, stored, caused)
         if unsaid:
             log.warning("%s: run %s: %d outputs of the rebuilt state were never published (%s): published now",
@@ -185,17 +187,12 @@ async def rebuild(
     return report
 
 
-def _replay(actor: Actor, run: RunStarted, feed: list[tuple[int, Event]], last_ms: int) -> list[Event]:
-    """Handle a run's inputs again at the show times they were handled, then (an actor whose
-    clock decides) run its clock up to its last recorded output; what they emit (the last holder
-    published it, or should have)."""
-    out: list[Event] = []
-    for at, event in feed:
-        if admit(actor, event, run).handled:
-            out += actor.handle(event, Context(run, at)) or ()
-    if isinstance(actor, ClockedActor) and actor.clock_marks and actor.next_tick(run.run) is not None:
-        out += actor.tick(Context(run, last_ms)) or ()
-    return out
+def _replay(kernel: Kernel[Any], run: RunStarted, feed: list[tuple[int, Event]], last_ms: int) -> list[Event]:
+    """The kernel fed a run's inputs again at the show times they were handled, then (an actor
+    whose clock decides) its clock run up to its last recorded output; what they emit (the last
+    holder published it, or should have)."""
+    clocked = isinstance(kernel.actor, ClockedActor) and bool(kernel.actor.clock_marks)
+    return [e for _, outputs in replay(kernel, run, feed, last_ms if clocked else None) for e in outputs]
 
 
 def unpublished(emitted: Sequence[Event], stored: set[str], caused: dict[str, int]) -> list[Event]:

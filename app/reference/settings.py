@@ -10,7 +10,7 @@ from pathlib import Path
 from app.natsauth import users
 from app.reference.markdown import cell, code, header, table, value
 from events.subjects import FAMILIES, stream_name
-from infra.settings import RUN_SETTINGS, SETTINGS, Settings, doc, variable
+from infra.settings import RUN_SCOPED, SETTINGS, Settings, doc, variable
 
 # Variables that are not settings: name -> (who reads it, what it is).  A test keeps this table
 # equal to what docker-compose.yml, .env.example and scripts/ name, and the docs to both tables.
@@ -81,15 +81,17 @@ def page() -> str:
                    "is used when `TROUPE_<NAME>` itself is not set (its trailing newline dropped). A value "
                    "that is not valid stops the process with one line naming the variable.")
     lines += ["## Every setting", "",
-              "*Run-scoped* settings are recorded in `run.started`: every process that handles the run, "
-              "and re-execution (`troupe replay --verify`), follows the recorded value, not its own.", ""]
+              "*Run-scoped* settings (all but the process's own: where things are, delivery, credentials, a "
+              "worker's hardware and models, where its output goes) are recorded in `run.started`: every "
+              "process that handles the run, and re-execution (`troupe replay --verify`), follows the "
+              "recorded value, not its own.", ""]
     rows = []
     for name in SETTINGS:
         default = Settings.__dataclass_fields__[name].default
         rows.append([code(variable(name)), type_name(name), code(value(default)) if default is not None else "(unset)",
-                     cell(doc(name)), "run-scoped" if name in RUN_SETTINGS else ""])
+                     cell(doc(name)), "run-scoped" if name in RUN_SCOPED else "process"])
     lines += table(["variable", "type", "default", "what it is", "scope"], rows)
-    lines += ["## Run-scoped settings", "", ", ".join(code(variable(n)) for n in RUN_SETTINGS) + ".", ""]
+    lines += ["## Run-scoped settings", "", ", ".join(code(variable(n)) for n in RUN_SCOPED) + ".", ""]
     lines += ["## Other variables", "",
               "These are not settings of a Troupe process: the compose file, the scripts and the tests read "
               "them.", ""]

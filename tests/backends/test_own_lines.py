@@ -26,19 +26,19 @@ def _quiet_show(duration_ms: int) -> list[tuple[object, str, str]]:
     import dataclasses
 
     from actors.director import Director
-    from actors.runtime.harness import Harness
+    from actors.kernel import ListFeed
     from events.cue import CueIssued
     from infra.settings import load_settings
     from tests.showkit import demo_run
 
     run = dataclasses.replace(demo_run(), duration_ms=duration_ms)
-    harness = Harness(Director(load_settings(environ={})), run)
-    harness.feed(run)
-    harness.advance(run.duration_ms)
+    feed = ListFeed(Director(load_settings(environ={})), run)
+    feed.feed(run)
+    feed.advance(run.duration_ms)
     show, writer = load_show(), ScriptedLLM()
     written: dict[str, str] = {}
     out = []
-    for cue in (e.event for e in harness.out if isinstance(e.event, CueIssued)):
+    for cue in (e.event for e in feed.out if isinstance(e.event, CueIssued)):
         if cue.verbatim:
             continue
         segment = next(g for g in show.rundown if g.title == cue.segment)

@@ -22,6 +22,7 @@ from events import codec
 from events.base import Event, registry
 from events.cue import CueIssued
 from events.viseme import VisemeTrack
+from infra.settings import RUN_SCOPED, Settings, variable
 from schedulers.stage import StagePolicy
 from store.recorder import EventWriter, Recorded
 from store.schema import events
@@ -109,6 +110,30 @@ async def test_verify_finds_no_divergence_in_a_recorded_run(demo, capsys) -> Non
     drawn = event_counts(engine, result.run)["frame.rendered"]
     assert drawn <= 500
     assert "director" in out and "lipsync" in out and re.search(rf"\brender {drawn}\b", out), out
+
+
+# A value other than the default for every run-scoped setting (a new one must be added here).
+OTHER_VALUES = {
+    "resolution": "360p", "fps": "30", "seed": "99", "merge_window_ms": "0", "max_danmaku_chars": "20",
+    "blocklist": "hello,game", "cue_deadline_ms": "900", "stage_backlog_ms": "1000", "self_driven": "off",
+    "idle_gap_ms": "9000", "reply_pause_ms": "2500", "deck_ms": "0", "banter_turns": "1", "llm_backend": "openai",
+    "llm_max_sentences": "1", "llm_max_tokens": "5", "llm_first_sentence_ms": "1", "openers": "off",
+    "face_ease_ms": "0", "face_hold_ms": "100", "face_linger_ms": "0", "jpeg_quality": "20",
+    "interrupt_priority": "0.5", "role_wait_budget_ms": "1",
+}
+
+
+async def test_verify_follows_the_run_s_settings_not_the_shell_s(demo, capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A verify in a shell where every setting an actor reads for the run is set otherwise still
+    finds no divergence: the run recorded its settings, and the kernel gives the handlers those."""
+    assert set(OTHER_VALUES) == set(RUN_SCOPED)
+    settings, result, _, _ = demo
+    for name, value in OTHER_VALUES.items():
+        assert value != str(getattr(Settings(), name)), name
+        monkeypatch.setenv(variable(name), value)
+    code, out, _ = await troupe(capsys, *env_args(settings), "replay", result.run, "--verify")
+    assert code == 0, out
+    assert out.strip().endswith("0 divergences"), out
 
 
 async def test_verify_points_at_the_first_event_a_changed_handler_gets_wrong(demo) -> None:  # type: ignore[no-untyped-def]

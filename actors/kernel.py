@@ -1,0 +1,394 @@
+"""The kernel: the one driver of actor semantics, with no transport and no wall clock.
+
+Every way an actor is run goes through a ``Kernel``; only where its inputs come from
+differs (the feed):
+
+- JetStream (``actors.runtime.core``): fetch, ack, publish, retry, dead-letter;
+- the store (``replay``): re-execution, a takeover's rebuild, export;
+- a plain list (``ListFeed``): tests and benchmarks.
+
+The kernel owns, for all of them:
+
+- admission (``admit``): unknown, joined, ended, late and replayed runs;
+- the runs it holds: opened by an admitted ``run.started`` (or the first admitted input of
+  a run it was not given the start of), dropped by ``release``;
+- the run's settings: a handler's ``Context.settings`` are the ones recorded in the run
+  (``infra.settings.run_settings``), never the process's own;
+- the dispatch of each kind: an input on its own (``take``), a scheduled actor's queue with
+  its expiry and one-role batches (``expired``, ``next_batch``, ``handle_batch``), a clocked
+  actor's tick cadence (``next_tick``, ``tick``).
+
+The caller brings what needs a lookup or a clock (the run's start, whether the actor joins
+it, whether an input came after the run's end, the time) and takes the outputs away.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+from actors.base import Actor, ClockedActor, Context, Handled, ScheduledActor, Work
+from events.base import Event
+from events.run import RunEnded, RunStarted
+from infra.settings import Settings, load_settings, run_settings
+from schedulers.batching import Job, RoleScheduler
+from schedulers.priority import PriorityPolicy
+
+__all__ = [
+    "HANDLE", "QUEUED", "REFUSE", "SKIP", "Admission", "Batch", "Emitted", "Kernel", "ListFeed", "Taken", "admit",
+    "replay",
+]
+HANDLE, SKIP, REFUSE, QUEUED = "handle", "skip", "refuse", "queued"
+P = TypeVar("P")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What to do with one input: ``handle`` it (``ended``: as a late input), ``skip`` it (ack it,
+    not the actor's), or ``refuse`` it for good (``reason``)."""
+
+    action: str
+    ended: bool = False
+    reason: str = ""
+
+    @property
+    def handled(self) -> bool:
+        return self.action == HANDLE
+
+
+def admit(actor: type[Actor] | Actor, event: Event, run: RunStarted | None, *, joins: bool = True,
+          late: bool = False) -> Admission:
+    """The decision for ``event`` given its run's start (None: unknown), whether the actor joins
+    that run (asked for a run's start only) and whether the input came after the run's end.
+
+    - an input of a run nobody started is refused for good, unless the actor takes those (the
+      director answers a danmaku for an unknown run with a rejection);
+    - a run's start is taken only by an actor that joins the run (not one already over, nor an
+      earlier playback found in the stream);
+    - an input from outside the run's causal chains (no causation) published after the run's
+      end is a late one: handled with ``Context.ended`` (the director rejects a late danmaku);
+    - a playback's inputs go only to the actors that play playbacks.
+    """
+    if isinstance(event, RunStarted):
+        if not joins:
+            return Admission(SKIP, reason="the actor does not join this run")
+        run = event
+    if run is None and not actor.accepts_unknown_runs:
+        return Admission(REFUSE, reason=f"unknown run {event.run!r}")
+    if run is not None and run.replay_of is not None and not actor.plays_replays:
+        return Admission(SKIP, reason="a playback: its outputs are replayed with it")
+    ended = run is not None and not isinstance(event, RunStarted | RunEnded) and event.causation is None and late
+    return Admission(HANDLE, ended=ended)
+
+
+class WorkQueue(Generic[T]):
+    """A scheduled actor's queue: a ``RoleScheduler`` holding payloads, which leave in one-role
+    batches, best priority first, with the count of those being worked on."""
+
+    def __init__(self, actor: ScheduledActor, fifo: bool = False) -> None:
+        self.sched = RoleScheduler(PriorityPolicy(), actor.max_batch, actor.token_budget, fifo=fifo)
+        self.working = 0
+
+    def __len__(self) -> int:
+        return len(self.sched)
+
+    @property
+    def waiting(self) -> int:
+        """Inputs queued or in the batch being handled."""
+        return len(self.sched) + self.working
+
+    def add(self, key: int, payload: T, work: Work, ctx: Context, run: str, now_ms: int) -> None:
+        assert ctx.run is not None
+        deadline = ctx.run.started_at_ms + work.deadline_ms if work.deadline_ms else 0
+        self.sched.add(Job(
+            key=key, role=work.role, arrival_ms=now_ms, tokens=work.tokens,
+            weight=self.sched.policy.weight(work.weight), deadline_ms=deadline,
+            batch_key=(run, work.role, work.batch_key), payload=payload,
+        ))
+
+    def expired(self, now_ms: int) -> list[T]:
+        return [job.payload for job in self.sched.expired(now_ms)]
+
+    def next_batch(self, now_ms: int) -> tuple[str, list[T]] | None:
+        """The next batch (its role and payloads), or None when nothing is ready."""
+        batch = self.sched.next_batch(now_ms)
+        if not batch:
+            return None
+        return batch[0].role, [job.payload for job in batch]
+
+    def served(self, role: str, now_ms: int) -> None:
+        self.sched.served(role, now_ms)
+
+    def jobs(self) -> Iterator[Job]:
+        return iter(self.sched)
+
+
+@dataclass(slots=True)
+class Taken:
+    """What the kernel decided for one input: refuse or skip it (``admission``), queue it (a
+    scheduled actor's work: its outputs come with its batch), or handle it: ``handle()`` calls the
+    handler (the feed chooses where: the runtime on the actor's worker thread, timed), and its
+    outputs may be a generator that streams (the caller publishes each as it is yielded)."""
+
+    admission: Admission
+    ctx: Context | None = None
+    queued: bool = False
+    call: Callable[[], Handled] | None = None
+
+    @property
+    def handled(self) -> bool:
+        return self.call is not None
+
+    def handle(self) -> Handled:
+        return self.call() if self.call is not None else ()
+
+
+@dataclass(slots=True)
+class Batch(Generic[P]):
+    """A scheduled actor's batch: inputs of one role of one run, best priority first."""
+
+    role: str
+    run: RunStarted | None
+    payloads: list[P]
+    events: list[Event]
+
+
+class Kernel(Generic[P]):
+    """Drives one actor.  ``P`` is what the feed hands in with each input and gets back with its
+    outputs (the runtime's delivery; the input itself for the list and store feeds)."""
+
+    def __init__(self, actor: Actor, *, fifo: bool = False, settings: Settings | None = None) -> None:
+        self.actor = actor
+        self.settings = settings or getattr(actor, "settings", None) or load_settings(environ={})
+        self.queue: WorkQueue[tuple[P, Event]] | None = (
+            WorkQueue(actor, fifo=fifo) if isinstance(actor, ScheduledActor) else None)
+        self.runs: dict[str, RunStarted] = {}          # the runs the actor holds state for
+        self._settings: dict[str, Settings] = {}       # each held run's settings
+
+    # -- runs --------------------------------------------------------------------
+
+    def context(self, run: RunStarted | None, now_ms: int, ended: bool = False) -> Context:
+        """The handler context of a run at show time ``now_ms``, with the run's settings."""
+        return Context(run, now_ms, ended, self.run_settings(run))
+
+    def run_settings(self, run: RunStarted | None) -> Settings:
+        """The settings a run's handlers see: the process's, with what the run recorded applied."""
+        if run is None:
+            return self.settings
+        found = self._settings.get(run.run)
+        if found is None or self.runs.get(run.run) is not run:
+            found = run_settings(self.settings, run.config)
+            if run.run in self.runs:
+                self._settings[run.run] = found
+        return found
+
+    def _open(self, run: RunStarted) -> None:
+        if self.runs.get(run.run) is not run:
+            self.runs[run.run] = run
+            self._settings.pop(run.run, None)
+
+    def release(self, run: str) -> None:
+        """Drop a run: the actor forgets its state, and so does the kernel."""
+        self.actor.release(run)
+        self.runs.pop(run, None)
+        self._settings.pop(run, None)
+
+    def holds(self, run: str) -> bool:
+        return run in self.runs or self.actor.holds(run)
+
+    # -- one input ---------------------------------------------------------------
+
+    def take(self, event: Event, run: RunStarted | None, now_ms: int, *, joins: bool = True, late: bool = False,
+             payload: P | None = None, wall_ms: int | None = None) -> Taken:
+        """Admit one input and queue it (a scheduled actor's work) or make its handling, at show
+        time ``now_ms``, ready to call (``Taken.handle``).  ``run`` is the run's start as the caller knows it (None: unknown); a run's
+        start is its own.  ``wall_ms`` orders a queued input (default: the run's start plus
+        ``now_ms``)."""
+        actor = self.actor
+        if isinstance(event, RunStarted):
+            run = event
+        decision = admit(actor, event, run, joins=joins, late=late)
+        if not decision.handled:
+            return Taken(decision)
+        ctx = self.context(run, now_ms, decision.ended)
+        if run is not None and not decision.ended:
+            self._open(run)
+            ctx = self.context(run, now_ms, decision.ended)
+        if self.queue is not None and isinstance(actor, ScheduledActor) and run is not None and not ctx.ended \
+                and not isinstance(event, RunStarted):
+            work = actor.work(event, ctx)
+            if work is not None:
+                wall = run.started_at_ms + now_ms if wall_ms is None else wall_ms
+                self.queue.add(id(event), (payload if payload is not None else event, event), work, ctx,  # type: ignore[arg-type]
+                               event.run, wall)
+                return Taken(decision, ctx, queued=True)
+        return Taken(decision, ctx, call=functools.partial(actor.handle, event, ctx))
+
+    # -- a scheduled actor's queue -------------------------------------------------
+
+    def expired(self, wall_ms: int) -> list[tuple[P, Sequence[Event]]]:
+        """The queued inputs whose deadline passed, each with the events saying it was dropped."""
+        if self.queue is None or not isinstance(self.actor, ScheduledActor):
+            return []
+        out = []
+        for payload, event in self.queue.expired(wall_ms):
+            run = self.runs.get(event.run)
+            out.append((payload, self.actor.expired(event, self.context(run, self._show_ms(run, wall_ms)))))
+        return out
+
+    def next_batch(self, wall_ms: int) -> Batch[P] | None:
+        """The next batch to handle (None: nothing ready)."""
+        if self.queue is None:
+            return None
+        ready = self.queue.next_batch(wall_ms)
+        if ready is None:
+            return None
+        role, items = ready
+        events = [e for _, e in items]
+        return Batch(role, self.runs.get(events[0].run), [p for p, _ in items], events)
+
+    def handle_batch(self, batch: Batch[P], now_ms: int) -> list[Handled]:
+        """The outputs of each input of a batch, handled at show time ``now_ms``."""
+        assert isinstance(self.actor, ScheduledActor)
+        return self.actor.handle_batch(batch.events, self.context(batch.run, now_ms))
+
+    def served(self, batch: Batch[P], wall_ms: int) -> None:
+        if self.queue is not None:
+            self.queue.served(batch.role, wall_ms)
+
+    @property
+    def waiting(self) -> int:
+        """Inputs queued or in the batch being handled (0 for an actor without a queue)."""
+        return self.queue.waiting if self.queue is not None else 0
+
+    def queued(self) -> Iterator[P]:
+        """The payloads waiting in the queue."""
+        if self.queue is not None:
+            for job in self.queue.jobs():
+                yield job.payload[0]
+
+    # -- a clocked actor's clock -----------------------------------------------------
+
+    def next_tick(self) -> tuple[int, RunStarted] | None:
+        """The wall time (ms) and run of the actor's next tick, or None when none is due."""
+        actor = self.actor
+        if not isinstance(actor, ClockedActor):
+            return None
+        best: tuple[int, RunStarted] | None = None
+        for run in actor.active_runs():
+            show_ms = actor.next_tick(run.run)
+            if show_ms is None:
+                continue
+            wall = run.started_at_ms + show_ms
+            if best is None or wall < best[0]:
+                best = (wall, run)
+        return best
+
+    def ticks_ahead(self, run: str) -> bool:
+        """Whether the actor has a tick to come for a run."""
+        return isinstance(self.actor, ClockedActor) and self.actor.next_tick(run) is not None
+
+    def tick(self, run: RunStarted, now_ms: int) -> Handled:
+        """What is due at show time ``now_ms`` of a run."""
+        assert isinstance(self.actor, ClockedActor)
+        return self.actor.tick(self.context(run, now_ms))
+
+    @staticmethod
+    def _show_ms(run: RunStarted | None, wall_ms: int) -> int:
+        return wall_ms - run.started_at_ms if run is not None else 0
+
+
+# -- the list feed: tests and benchmarks ----------------------------------------------------
+
+
+@dataclass(slots=True)
+class Emitted:
+    at_ms: int       # show time it was emitted at
+    event: Event
+
+
+@dataclass(slots=True)
+class ListFeed:
+    """Feeds one run's events to an actor, through its kernel, at show times the caller moves
+    the clock to, and collects what it emits, in order.  A scheduled actor's inputs wait in the
+    kernel's queue and leave in its batches as the clock moves (a batch takes no time here); a
+    clocked actor is ticked at the show times it asks for."""
+
+    actor: Actor
+    run: RunStarted
+    now_ms: int = 0
+    out: list[Emitted] = field(default_factory=list)
+    kernel: Kernel[Event] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.kernel = Kernel(self.actor)
+
+    def feed(self, *events: Event, at_ms: int | None = None, late: bool = False) -> list[Event]:
+        """Move the clock to ``at_ms`` (running what falls due on the way), then take the events
+        (arriving together: a scheduled actor's queue orders them); what they caused at once."""
+        if at_ms is not None:
+            self.advance(at_ms)
+        start = len(self.out)
+        for event in events:
+            self._emit(self.kernel.take(event, self.run, self.now_ms, late=late).handle())
+        self._drain()
+        return [e.event for e in self.out[start:]]
+
+    def advance(self, to_ms: int) -> list[Event]:
+        """Run the clock forward to ``to_ms``: every tick due on the way, at its show time."""
+        start = len(self.out)
+        while (due := self.kernel.next_tick()) is not None:
+            at_ms = due[0] - self.run.started_at_ms
+            if at_ms > to_ms:
+                break
+            self.now_ms = max(self.now_ms, at_ms)
+            self._emit(self.kernel.tick(due[1], self.now_ms))
+            self._drain()
+        self.now_ms = max(self.now_ms, to_ms)
+        self._drain()
+        return [e.event for e in self.out[start:]]
+
+    def _drain(self) -> None:
+        """Handle the queued work of a scheduled actor, batch by batch, best priority first."""
+        kernel = self.kernel
+        wall_ms = self.run.started_at_ms + self.now_ms
+        for _, dropped in kernel.expired(wall_ms):
+            self._emit(dropped)
+        while (batch := kernel.next_batch(wall_ms)) is not None:
+            for outputs in kernel.handle_batch(batch, self.now_ms):
+                self._emit(outputs)
+            kernel.served(batch, wall_ms)
+
+    def _emit(self, outputs: Iterable[Event]) -> None:
+        for event in outputs:
+            self.out.append(Emitted(self.now_ms, event))
+
+
+# -- the store feed: re-execution, a takeover's rebuild, export ---------------------------------
+
+
+def replay(kernel: Kernel[Event], run: RunStarted, inputs: Iterable[tuple[int, Event]],
+           clock_to_ms: int | None = None) -> Iterator[tuple[Event | None, Handled]]:
+    """Hand a recorded run's inputs to the kernel, each at the show time it was handled then
+    (its outputs record it), in the order given (the order the actor took them in); then, for
+    a clocked actor, run its clock up to ``clock_to_ms`` (its last recorded decision).  Yields
+    each input handled with its outputs (``None`` for the clock's), as they are made."""
+    for at_ms, event in inputs:
+        taken = kernel.take(event, run, at_ms)
+        if taken.handled:
+            yield event, taken.handle()
+        yield from _drain(kernel, run, at_ms)
+    if clock_to_ms is not None and isinstance(kernel.actor, ClockedActor) and kernel.ticks_ahead(run.run):
+        yield None, kernel.tick(run, clock_to_ms)
+
+
+def _drain(kernel: Kernel[Event], run: RunStarted, at_ms: int) -> Iterator[tuple[Event | None, Handled]]:
+    """A scheduled actor's queued work, handled at once (a batch takes no time here)."""
+    wall_ms = run.started_at_ms + at_ms
+    yield from kernel.expired(wall_ms)
+    while (batch := kernel.next_batch(wall_ms)) is not None:
+        yield from zip(batch.events, kernel.handle_batch(batch, at_ms), strict=True)
+        kernel.served(batch, wall_ms)

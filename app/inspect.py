@@ -26,7 +26,7 @@ from events.danmaku import (
 from events.error import DeadLettered
 from events.errors import StoreError
 from events.frame import FrameRendered
-from events.run import RunStarted
+from events.run import RunOwned, RunStarted
 from events.utterance import UtteranceDropped
 from events.viseme import FaceChanged, VisemeCut
 from store.queries import Row, iter_rows, run_info
@@ -165,6 +165,9 @@ def report(engine: Engine, run: str) -> dict[str, Any]:
                         for e in (r.event for r in rows) if isinstance(e, StagePaced)],
         },
         "faces": _faces(rows),
+        # Which process held each stateful actor's share of the run, from when, and why (TROUPE_SPREAD=on).
+        "owners": [{"t_ms": e.t_ms, "kind": e.kind, "holder": e.holder, "previous": e.previous, "reason": e.reason,
+                    "runs_held": e.runs_held} for e in (r.event for r in rows) if isinstance(e, RunOwned)],
     }
 
 
@@ -311,6 +314,10 @@ def format_report(doc: dict[str, Any]) -> str:
                   f"{len(out['drops'])} drops, {out['reconnects']} reconnects, packets sent {sent}, "
                   f"lost {'-' if out['packets_lost'] is None else out['packets_lost']}"]
         lines += [f"  {_ms(d['t_ms'])} dropped: {d['reason']}" for d in out["drops"]]
+    if doc.get("owners"):
+        lines += ["", "held by (the process holding each actor's state of the run):"]
+        lines += [f"  {_ms(o['t_ms'])} {o['kind']}: " + (f"{o['holder']} ({o['runs_held']} runs)" if o["holder"] else
+                  f"let go by {o['previous']}") + f": {o['reason']}" for o in doc["owners"]]
     lines += ["", f"errors: {len(doc['errors'])}"]
     lines += [f"  {_ms(x['t_ms'])} {x['actor']} {x['subject']}: {x['reason']} ({x['deliveries']} deliveries)"
               for x in doc["errors"]]

@@ -29,9 +29,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from actors.base import Actor
+from actors.runtime.owners import MEMBER, OWN
 from app.registry import ACTORS
 from events.error import DeadLettered
 from events.qos import QosObserved
+from events.run import RunOwned
 from events.subjects import (
     CONTROL,
     FAMILIES,
@@ -104,11 +106,16 @@ def _lease_bucket() -> list[str]:
 def _takeover(name: str, cls: type[Actor]) -> list[str]:
     """What an actor that takes over needs: its lease (a key in the lease bucket), re-making its
     consumers from their ack floor, and reading back the streams of what it consumes and emits."""
-    out = [f"$KV.{LEASES}.{name}", *_lease_bucket()]
+    # Its lease, or with TROUPE_SPREAD=on its runs' keys and its membership among the kind's
+    # processes; a consumer per run (any name on these streams: a subject token has no prefix
+    # match), and the run.owned events that say which process holds each run.
+    out = [f"$KV.{LEASES}.{name}", f"$KV.{LEASES}.{OWN}.{name}.*", f"$KV.{LEASES}.{MEMBER}.{name}.*",
+           *_lease_bucket(), *_events([RunOwned.type])]
     families = sorted({i.family for i in cls.inputs} | {e.type.split(".", 1)[0] for e in cls.emits} | {"run"})
     for stream in map(stream_name, families):
         out += [f"{API}.CONSUMER.CREATE.{stream}", f"{API}.CONSUMER.CREATE.{stream}.>",
                 f"{API}.CONSUMER.MSG.NEXT.{stream}.*", f"{API}.CONSUMER.DELETE.{stream}.*",
+                f"{API}.CONSUMER.INFO.{stream}.*", f"$JS.ACK.{stream}.*.>",
                 f"{API}.STREAM.MSG.GET.{stream}", f"{API}.DIRECT.GET.{stream}", f"{API}.DIRECT.GET.{stream}.>"]
     return out
 

@@ -158,6 +158,9 @@ class Stage:
             # Built first, so that a standby is ready to go (models, sprites); in a thread, so that
             # the leases already held are renewed meanwhile.
             actor = await asyncio.to_thread(self.build, name)
+            if actor.takes_over and self.settings.spread == "on":  # the kind's processes share the runs
+                started.append(await self._start(actor, None, spread=True))
+                continue
             if actor.takes_over and not wait and await self._held_elsewhere(name):
                 self._watches.append(asyncio.create_task(self._stand_by(actor, standing_by)))
                 continue
@@ -169,8 +172,8 @@ class Stage:
             started.append(await self._start(actor, lease))
         return started
 
-    async def _start(self, actor: Actor, lease: Lease | None) -> ActorRuntime:
-        rt = ActorRuntime(actor, self.js, self.settings, self.metrics, self.runs)
+    async def _start(self, actor: Actor, lease: Lease | None, spread: bool = False) -> ActorRuntime:
+        rt = ActorRuntime(actor, self.js, self.settings, self.metrics, self.runs, spread=spread)
         await rt.start()
         self.runtimes.append(rt)
         if lease is not None:

@@ -259,3 +259,39 @@ def standby(page: Page, results: Sequence[Result]) -> None:
                          k["rebuilt"].split(": ", 2)[-1], verdict))
     page.table(("killed", "standby running after", "its next output after", "frames", "latest frame",
                 "stored twice", "danmaku without / with two outcomes", "rebuilt", "target"), rows)
+
+
+@section("Shows spread over processes",
+         "`python -m bench.spread [--shows 6] [--seconds 40] [--resolution 360p]`: with `TROUPE_SPREAD=on`, "
+         "two processes each of the director, lipsync, render and sink, one each of llm, tts, qos and the "
+         "recorder, and six shows on air at once; one render process killed (`kill -9`) a third of the way "
+         "in, then a third render process joins and one more show starts. Targets: every process holds 2 to "
+         "4 of the 6 runs; the killed process's runs have frames again within 1 s and miss at most 25 frames; "
+         "the other runs miss none; the process that joined holds the new run.")
+def spread(page: Page, results: Sequence[Result]) -> None:
+    for r in results:
+        d = r.doc
+        held = [n for per_kind in d["runs_held"].values() for n in per_kind.values()]
+        page.target(f"runs held per process (`{r.name}`)", "2 to 4", f"{min(held)} to {max(held)}",
+                    all(2 <= n <= 4 for n in held) and len(held) == 2 * len(d["runs_held"]))
+        killed = [x for x in d["per_run"].values() if x["held_by_killed"]]
+        others = [x for x in d["per_run"].values() if not x["held_by_killed"]]
+        resumed = [x["resumed_after_s"] for x in killed if x["resumed_after_s"] is not None]
+        worst = max(resumed) if resumed else None
+        page.target(f"frames again after a render process was killed (`{r.name}`)", "≤ 1 s",
+                    "no frame after" if worst is None else f"{worst:g} s",
+                    worst is not None and len(resumed) == len(killed) and worst <= 1.0)
+        page.target(f"frames missing, the killed process's runs (`{r.name}`)", "≤ 25 each",
+                    str(max((x["missing"] for x in killed), default=0)), all(x["missing"] <= 25 for x in killed))
+        page.target(f"frames missing, the other runs (`{r.name}`)", "0",
+                    str(sum(x["missing"] for x in others)), all(x["missing"] == 0 for x in others))
+        page.target(f"the new run goes to the process that joined (`{r.name}`)", "render-3", str(d["joined"]),
+                    d["joined"] == "render-3")
+        page.add(f"{d['shows']} shows of {d['seconds']:g} s at {d['resolution']}, run keys with a "
+                 f"{d['lease_ttl_s']:g} s lease time, placed in {d['placed_s']:g} s; killed: {d['killed']} "
+                 f"({len(d['killed_runs'])} runs).", "")
+        page.table(("kind", "runs held per process"),
+                   ((kind, ", ".join(f"{w}: {n}" for w, n in sorted(per.items()))) for kind, per in d["runs_held"].items()))
+        page.table(("run", "held by the killed process", "frames again after", "frames missing"),
+                   ((run, "yes" if x["held_by_killed"] else "", "" if x["resumed_after_s"] is None else
+                     f"{x['resumed_after_s']:g} s", f"{x['missing']}/{x['expected']}") for run, x in d["per_run"].items()))

@@ -20,8 +20,8 @@ class RunStarted(Event):
     resolution: str = "720p"
     started_at_ms: int = 0
     replay_of: str | None = None  # set on a playback of a recorded run: workers leave it alone
-    # The settings the deterministic actors follow in this run (see infra.settings.RUN_SETTINGS),
-    # so that every process and every re-execution decides alike.
+    # The run's settings (every one not marked the process's own: infra.settings.run_config),
+    # followed by every process and every re-execution, so that they decide alike.
     config: dict[str, Any] = field(default_factory=dict)
     duration_ms: int = 0  # the show's planned length (0: open-ended): nothing is placed after it
 
@@ -34,3 +34,17 @@ class RunEnded(Event):
     type = "run.ended"
     reason: str
     duration_ms: int
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunOwned(Event):
+    """A process of a stateful actor kind (director, lipsync, render, sink) took a run's state, or
+    let it go: which process holds each run's actors, from when, and why."""
+
+    type = "run.owned"
+    kind: str                     # the actor kind
+    holder: str                   # the process that holds it now ("" when let go)
+    previous: str = ""            # the process that held it before ("" for a new run)
+    reason: str = ""              # why: placed (least loaded), taken over, handed over, released
+    runs_held: int = 0            # the runs the holder holds now, this one included

@@ -43,8 +43,14 @@ def on_air_key(run: str) -> str:
 
 async def runs_on_air(js: JetStreamContext) -> set[str]:
     """The runs whose show process holds its on-air key now (one request: the bucket's subjects)."""
+    return await keys_under(js, ON_AIR)
+
+
+async def keys_under(js: JetStreamContext, prefix: str) -> set[str]:
+    """The last tokens of the bucket's keys ``<prefix>.*`` (one request: the bucket's subjects; a
+    key deleted a moment ago may still be listed until its marker expires)."""
     try:
-        info = await js.stream_info(f"KV_{BUCKET}", subjects_filter=f"$KV.{BUCKET}.{ON_AIR}.*")
+        info = await js.stream_info(f"KV_{BUCKET}", subjects_filter=f"$KV.{BUCKET}.{prefix}.*")
     except NotFoundError:
         return set()
     subjects = (info.state.subjects or {}) if info.state is not None else {}
@@ -143,6 +149,22 @@ class Lease:
             self._renewing = asyncio.create_task(self._renew(), name=f"lease:{self.key}")
             return True
         return False
+
+    async def try_acquire(self) -> bool:
+        """Take the lease if nobody holds it (one try): True when this process holds it now."""
+        try:
+            self.revision = await self.kv.create(self.key, self.value)
+        except KeyWrongLastSequenceError:
+            revision = await self._own_revision()  # not None: created here, its reply lost
+            if revision is None:
+                return False
+            self.revision = revision
+        except nats.js.errors.KeyNotFoundError:
+            return False  # it expired as the client looked: tried again next round
+        self.acquired_at = time.time()
+        self._done.clear()
+        self._renewing = asyncio.create_task(self._renew(), name=f"lease:{self.key}")
+        return True
 
     async def _renew(self) -> None:
         failing_since: float | None = None

@@ -108,6 +108,7 @@ class Settings:
     # Streams, standbys and run lifetimes
     stream_replicas: int = setting(1, "copies of each stream on a JetStream cluster's nodes (1 to 5; 3 survives a node's loss)", process=True)
     lease_ttl_s: float = setting(1.5, "a standby takes over the director, lipsync, renderer or sink this long after its holder died (0.3 to 60)", process=True)
+    spread: str = setting("off", "on: the processes of a stateful kind (director, lipsync, render, sink) share the runs on air, each run held by one of them and taken over by the others when it dies; off: one process runs the kind under its lease, the others stand by", process=True)
     join_window_s: float = setting(30.0, "the renderer and the sink join a run only this soon after its start", process=True)
     run_grace_s: float = setting(30.0, "a worker keeps an ended run's state this long, then releases it", process=True)
     run_idle_s: float = setting(3600.0, "... and a run's that never ended once idle this long", process=True)
@@ -268,6 +269,8 @@ def validate(settings: Settings) -> None:
         raise SettingsError(f"TROUPE_LLM_FIRST_SENTENCE_MS must be 0 or more, not {settings.llm_first_sentence_ms}")
     if settings.llm_max_sentences < 1:
         raise SettingsError("TROUPE_LLM_MAX_SENTENCES must be at least 1")
+    if settings.spread not in ("on", "off"):
+        raise SettingsError(f"TROUPE_SPREAD must be on or off, not {settings.spread!r}")
     if settings.openers not in ("on", "off"):
         raise SettingsError(f"TROUPE_OPENERS must be on or off, not {settings.openers!r}")
     if settings.self_driven not in ("on", "off"):

@@ -50,13 +50,14 @@ from actors.runtime.delivery import (
     message_key,
 )
 from actors.runtime.observe import OBSERVE_PERIOD_S, Observations
+from actors.runtime.owners import RunOwners, run_rounds
 from actors.runtime.runs import Clock, RunDirectory, RunLifecycle, RunView
-from actors.runtime.takeover import Takeover, rebuild
+from actors.runtime.takeover import Takeover, rebuild, rebuild_run, restart_from_floor, run_filters
 from events.base import Event, derive_id
 from events.error import DeadLettered
 from events.errors import DecodeError
-from events.run import RunEnded, RunStarted
-from events.subjects import is_token, run_of, type_of
+from events.run import RunEnded, RunOwned, RunStarted
+from events.subjects import family_filter, is_token, run_of, type_of
 from infra.bus import (
     ConsumerSpec,
     RetryWindow,
@@ -66,6 +67,7 @@ from infra.bus import (
     publish_event,
     transient,
 )
+from infra.lease import lease_bucket
 from infra.logs import LOG_CONTEXT, log_context_of
 from infra.metrics import Metrics
 from infra.settings import Settings
@@ -88,6 +90,7 @@ class ActorRuntime:
     def __init__(
         self, actor: Actor, js: JetStreamContext, settings: Settings, metrics: Metrics,
         runs: RunDirectory | None = None, clock: Clock = time.time, durable: str | None = None,
+        spread: bool = False,
     ) -> None:
         self.actor = actor
         self.js = js
@@ -129,12 +132,22 @@ class ActorRuntime:
         self.observations = Observations(name, self.durable)
         self._started_ms = int(clock() * 1000)  # set again by start()
         self.takeover: Takeover | None = None  # what start() rebuilt (an actor that takes over)
+        # TROUPE_SPREAD=on: this process holds some of the kind's runs (``owners``), each read
+        # through consumers of its own, their fetch loops stopped when the run is let go.
+        self.spread = spread and actor.takes_over
+        self.owners: RunOwners | None = None
+        self._run_loops: dict[str, tuple[asyncio.Event, list[asyncio.Task[None]], list[Any]]] = {}
+        self._owned_seq = 0
+        self._claims_pool = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f"troupe-{actor.name}-claims", initializer=lower_priority, initargs=(10,))
 
-    def consumer_specs(self) -> list[ConsumerSpec]:
-        """The durable consumers this actor needs, one per input family."""
+    def consumer_specs(self, run: str | None = None) -> list[ConsumerSpec]:
+        """The durable consumers this actor needs, one per input family (of one run's subjects
+        alone when ``run`` is given: a spread actor's consumers of a run it holds)."""
         return [
             ConsumerSpec(
-                durable=f"{self.durable}_{inp.family}", family=inp.family, filters=inp.filters,
+                durable=f"{self.durable}_{inp.family}" + (f"_{run}" if run else ""), family=inp.family,
+                filters=tuple(run_filters(inp.filters or (family_filter(inp.family),), run)) if run else inp.filters,
                 max_deliver=self.settings.max_deliver, ack_wait_s=self.settings.ack_wait_s,
                 max_ack_pending=max(self.settings.max_inflight * 4, 1024),
             )
@@ -144,6 +157,9 @@ class ActorRuntime:
     async def start(self) -> ActorRuntime:
         """Provision consumers and start the loops the actor's kind needs."""
         self._started_ms = int(self.clock() * 1000)
+        if self.spread:
+            await self._start_spread()
+            return self
         specs = self.consumer_specs()
         await provision_consumers(self.js, specs)
         if self.actor.takes_over:  # shows on air: their state rebuilt from the streams first
@@ -159,6 +175,11 @@ class ActorRuntime:
             sub = await self.js.pull_subscribe_bind(spec.durable, spec.stream)
             self._subs.append(sub)
             self._spawn(functools.partial(self._fetch_loop, sub, spec), f"{self.actor.name}:fetch:{spec.family}")
+        self._start_loops(specs)
+        return self
+
+    def _start_loops(self, specs: list[ConsumerSpec]) -> None:
+        """The loops of the actor's kind besides fetching."""
         if isinstance(self.actor, ClockedActor):
             self._spawn(functools.partial(self._tick_loop, self.actor), f"{self.actor.name}:tick")
         if self._queue is not None:
@@ -167,8 +188,104 @@ class ActorRuntime:
             self._spawn(self._observe_loop, f"{self.actor.name}:observe")
         if not isinstance(self.actor, BatchActor):
             self._spawn(self._housekeeping_loop, f"{self.actor.name}:runs")
-        self._spawn(functools.partial(self._depth_loop, specs), f"{self.actor.name}:depth")
-        return self
+        if specs:
+            self._spawn(functools.partial(self._depth_loop, specs), f"{self.actor.name}:depth")
+
+    # -- runs spread over the kind's processes (TROUPE_SPREAD=on) ---------------------
+
+    async def _start_spread(self) -> None:
+        ttl = self.settings.lease_ttl_s
+        kv = await lease_bucket(self.js, ttl, self.settings.stream_replicas)
+        self.owners = RunOwners(self.js, kv, self.actor.name, self._claim, self._let_go_of, ttl, ttl / 3)
+        self._start_loops([])
+        owners = self.owners
+        self._spawn(lambda: run_rounds(owners, self._stopping), f"{self.actor.name}:owners")
+        log.info("%s: sharing the runs on air with the kind's other processes as %s", self.actor.name, owners.name)
+
+    async def _claim(self, run_id: str, previous: str, reason: str) -> bool:
+        """Take a run this process now holds the key of: its consumers (re-made from their ack
+        floor when another process read them before), its state rebuilt from the streams, its
+        fetch loops; False when the run cannot be taken yet (its start not found)."""
+        assert self.owners is not None
+        run = await self.runs.get(run_id)
+        if run is None:
+            return False
+        began = time.perf_counter()
+        specs = self.consumer_specs(run_id)
+        await provision_consumers(self.js, specs)
+        report = Takeover()
+        for spec in specs:
+            report.floors[spec.durable] = await restart_from_floor(self.js, spec)
+        if any(report.floors.values()):  # another process read this run before: its state rebuilt
+            if type(self.actor).prepare is not Actor.prepare:  # what takes long (sprites), off the actor's thread,
+                # one run at a time and at a lower priority than the shows it already draws
+                await asyncio.get_running_loop().run_in_executor(self._claims_pool, self._prepare, run)
+            await rebuild_run(self.js, self.kernel, specs, run, report, self._locked, self._published_now)
+        self.lifecycle.touch(run_id)
+        stop = asyncio.Event()
+        tasks, subs = [], []
+        for spec in specs:
+            sub = await self.js.pull_subscribe_bind(spec.durable, spec.stream)
+            subs.append(sub)
+            name = f"{self.actor.name}:fetch:{spec.family}:{run_id}"
+            tasks.append(asyncio.create_task(
+                self._supervise(functools.partial(self._fetch_loop, sub, spec, stop), name), name=name))
+        self._run_loops[run_id] = (stop, tasks, subs)
+        log.warning("%s: run %s is held here (%s): %d inputs handled again in %.2f s", self.actor.name, run_id, reason,
+                    report.inputs, time.perf_counter() - began)
+        await self._owned(run, self.owners.name, previous, reason)
+        return True
+
+    async def _locked(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Actor code run on its worker thread while nothing else touches the actor (the shows it
+        already holds go on between such calls)."""
+        async with self._lock:
+            return await self._in_thread(fn, *args)
+
+    async def _let_go_of(self, run_id: str, reason: str) -> None:
+        """Stop reading a run's inputs and forget its state (its key is let go by the caller)."""
+        loops = self._run_loops.pop(run_id, None)
+        if loops is not None:
+            stop, tasks, subs = loops
+            stop.set()
+            _, stuck = await asyncio.wait(tasks, timeout=5.0)
+            for task in stuck:
+                task.cancel()
+            for sub in subs:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+        for d in [d for d in self.kernel.queued() if d.run == run_id]:  # waiting work goes back
+            with contextlib.suppress(Exception):
+                await d.msg.nak()
+        async with self._lock:
+            await self._release(run_id)
+        run = self.runs.known(run_id)
+        if run is not None and self.owners is not None:
+            await self._owned(run, "", self.owners.name, reason)
+        log.warning("%s: run %s let go: %s", self.actor.name, run_id, reason)
+
+    async def _owned(self, run: RunStarted, holder: str, previous: str, reason: str) -> None:
+        """Say who holds the run's state now (best effort: a lost one is only a missing line in inspect)."""
+        self._owned_seq += 1
+        now_ms = int(self.clock() * 1000)
+        event = RunOwned(
+            id=derive_id(run.run, f"owned:{self.actor.name}:{holder or previous}:{now_ms}:{self._owned_seq}"),
+            run=run.run, t_ms=max(0, now_ms - run.started_at_ms), kind=self.actor.name, holder=holder,
+            previous=previous, reason=reason, runs_held=len(self.owners.leases) if self.owners is not None else 0,
+        )
+        with contextlib.suppress(Exception):
+            await acks(await self._publish([event]))
+
+    async def hand_over(self) -> None:
+        """Let every held run go, saying so, so that the kind's other processes take them at once
+        (a process asked to stop: SIGTERM)."""
+        owners = self.owners
+        if owners is None:
+            return
+        owners.stopping = True
+        for run_id in owners.held:
+            await self._let_go_of(run_id, f"handed over: {owners.name} is stopping")
+            await owners.let_go(run_id)
 
     async def _in_thread(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run blocking actor code in a worker thread, remembering it until it finishes."""
@@ -213,7 +330,11 @@ class ActorRuntime:
         return self.failure or "failed"
 
     async def stop(self, timeout_s: float = 5.0) -> None:
-        """Finish in-flight work (or nak it), then stop every loop."""
+        """Finish in-flight work (or nak it), then stop every loop.  A spread actor hands its runs
+        over first."""
+        if self.owners is not None:
+            with contextlib.suppress(Exception):
+                await self.hand_over()
         self._stopping.set()
         self._tick_wakeup.set()
         done, pending = await asyncio.wait(self._tasks, timeout=timeout_s) if self._tasks else (set(), set())
@@ -243,8 +364,19 @@ class ActorRuntime:
         running = list(self._threads)
         if running:
             await asyncio.to_thread(concurrent.futures.wait, running, timeout_s * 4)
+        for stop, tasks, subs in self._run_loops.values():  # a spread actor's runs not handed over
+            stop.set()
+            for task in tasks:
+                task.cancel()
+            for sub in subs:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+        self._run_loops.clear()
+        if self.owners is not None:
+            await self.owners.close()
         await self._in_thread(self.actor.close)
         self._executor.shutdown(wait=False)
+        self._claims_pool.shutdown(wait=False)
 
     async def __aenter__(self) -> ActorRuntime:
         return await self.start()
@@ -277,9 +409,9 @@ class ActorRuntime:
 
     # -- fetching and handling ------------------------------------------------
 
-    async def _fetch_loop(self, sub: Any, spec: ConsumerSpec) -> None:
+    async def _fetch_loop(self, sub: Any, spec: ConsumerSpec, stop: asyncio.Event | None = None) -> None:
         failing_since: float | None = None  # fetches failing (a consumer without a leader, NATS away)
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and (stop is None or not stop.is_set()):
             room = min(self.settings.fetch_batch, self.settings.max_inflight - self._inflight - self.waiting)
             if room <= 0:
                 await asyncio.sleep(0.005)
@@ -756,18 +888,47 @@ class ActorRuntime:
         released = []
         async with self._lock:
             for run in self.lifecycle.due(self._busy):
-                if self.actor.blocking or isinstance(self.actor, ClockedActor) and self.actor.blocking_tick:
-                    await self._in_thread(self.kernel.release, run)
-                else:
-                    self.kernel.release(run)
-                self.lifecycle.release(run)
-                self.observations.forget(run)
-                self.runs.forget(run)
+                await self._release(run)
                 released.append(run)
+        for run in released:
+            if self.owners is not None and run in self.owners.leases and await self._over(run):
+                await self._retire(run)
+            self.runs.forget(run)
         self._runs_held.set(len(self.lifecycle))
         if released:
             trim_heap()
         return released
+
+    async def _release(self, run: str) -> None:
+        """The actor and the kernel forget a run (the caller holds the lock)."""
+        if self.actor.blocking or isinstance(self.actor, ClockedActor) and self.actor.blocking_tick:
+            await self._in_thread(self.kernel.release, run)
+        else:
+            self.kernel.release(run)
+        self.lifecycle.release(run)
+        self.observations.forget(run)
+
+    async def _over(self, run: str) -> bool:
+        try:
+            return await self.runs.ended_at(run) is not None
+        except Exception:  # noqa: BLE001 - a failed lookup: still held, asked again next round
+            return False
+
+    async def _retire(self, run: str) -> None:
+        """A held run is over: its fetch loops stop, its key and its consumers go."""
+        assert self.owners is not None
+        loops = self._run_loops.pop(run, None)
+        if loops is not None:
+            stop, tasks, subs = loops
+            stop.set()
+            await asyncio.wait(tasks, timeout=5.0)
+            for sub in subs:
+                with contextlib.suppress(Exception):
+                    await sub.unsubscribe()
+        await self.owners.let_go(run)
+        for spec in self.consumer_specs(run):
+            with contextlib.suppress(Exception):
+                await self.js.delete_consumer(spec.stream, spec.durable)
 
     async def _depth_loop(self, specs: list[ConsumerSpec]) -> None:
         while not self._stopping.is_set():

@@ -118,7 +118,7 @@ async def _runs_with(js: JetStreamContext, type_: str) -> set[str]:
     return {subject.split(".")[1] for subject in ((info.state.subjects or {}) if info.state is not None else {})}
 
 
-def _for_run(filters: Sequence[str], run: str) -> list[str]:
+def run_filters(filters: Sequence[str], run: str) -> list[str]:
     return [f.replace(f"{PREFIX}.*.", f"{PREFIX}.{run}.", 1) for f in filters]
 
 
@@ -129,62 +129,82 @@ async def rebuild(
 ) -> Takeover:
     """Re-make the consumers from their floors and rebuild every live run's state in the kernel's
     actor (the kernel fed from the streams, called through ``in_thread``: the actor's own worker
-    thread); ``publish``
-    sends what the rebuilt state emitted that nothing stored answers."""
+    thread); ``publish`` sends what the rebuilt state emitted that nothing stored answers."""
     began = time.perf_counter()
     report = Takeover()
-    actor = kernel.actor
     for spec in specs:
         report.floors[spec.durable] = await restart_from_floor(js, spec)
-    outputs = [out for out in inputs_for(actor.emits) if out.family not in UNREAD_FAMILIES]
-    marks = set(actor.clock_marks) if isinstance(actor, ClockedActor) else set()
     for run in await live_runs(js, runs, int(now_s * 1000), int(grace_s * 1000)):
         runs.remember(run)
-        caused: dict[str, int] = {}   # input id -> show time the actor handled it (from its outputs)
-        stored: set[str] = set()      # the ids of its outputs stored
-        last_ms = 0
-        for out in outputs:
-            for msg in await read_stream(js, stream_name(out.family), _for_run(out.filters, run.run)):
-                event = _decoded(msg.data)
-                if event is None:
-                    continue
-                stored.add(event.id)
-                at = heard_at(event)
-                if type(event) in marks:
-                    last_ms = max(last_ms, event.t_ms)
-                if event.causation is not None:
-                    caused[event.causation] = min(at, caused.get(event.causation, at))
-        feed: list[tuple[int, int, int, Event]] = []
-        for i, spec in enumerate(specs):
-            if spec.family in actor.rebuild_skips:
-                continue
-            floor = report.floors[spec.durable]
-            handled = 0
-            for msg in await read_stream(js, spec.stream, _for_run(spec.subjects, run.run), upto_seq=floor):
-                event = _decoded(msg.data)
-                if event is None or event.run != run.run:
-                    continue
-                # One consumer hands its inputs over in stream order: an input that caused nothing
-                # is taken as handled with the one before it (as re-execution takes it).
-                handled = max(handled, caused.get(event.id, handled))
-                feed.append((handled, i, msg.seq, event))
-        feed.sort(key=lambda x: x[:3])
-        await in_thread(actor.taking_over, run.run)
-        emitted = await in_thread(_replay, kernel, run, [(at, event) for at, _, _, event in feed], last_ms)
-        unsaid = unpublished(emitted, stored, caused)
-        if unsaid:
-            log.warning("%s: run %s: %d outputs of the rebuilt state were never published (%s): published now",
-                        actor.name, run.run, len(unsaid), ", ".join(sorted({e.type for e in unsaid})))
-            await publish(unsaid)
-            report.published += len(unsaid)
-        if isinstance(actor, ClockedActor) and actor.resumes_from is not None:
-            last = await _last(js, run.run, actor.resumes_from.type)
-            if last is not None:
-                await in_thread(actor.resume, run.run, last)
-        report.inputs += len(feed)
-        report.runs.append(run.run)
+        await rebuild_run(js, kernel, specs, run, report, in_thread, publish)
     report.seconds = time.perf_counter() - began
     return report
+
+
+async def rebuild_run(
+    js: JetStreamContext, kernel: Kernel[Any], specs: Sequence[ConsumerSpec], run: RunStarted, report: Takeover,
+    in_thread: Callable[..., Awaitable[Any]], publish: Callable[[list[Event]], Awaitable[Any]],
+) -> None:
+    """Rebuild one run's state from its inputs up to the consumers' floors (``report.floors``,
+    made by ``restart_from_floor``), as steps 2 to 4 above say."""
+    actor = kernel.actor
+    outputs = [out for out in inputs_for(actor.emits) if out.family not in UNREAD_FAMILIES]
+    marks = set(actor.clock_marks) if isinstance(actor, ClockedActor) else set()
+    caused: dict[str, int] = {}   # input id -> show time the actor handled it (from its outputs)
+    stored: set[str] = set()      # the ids of its outputs stored
+    last_ms = 0
+    for out in outputs:
+        for msg in await read_stream(js, stream_name(out.family), run_filters(out.filters, run.run)):
+            event = _decoded(msg.data)
+            if event is None:
+                continue
+            stored.add(event.id)
+            at = heard_at(event)
+            if type(event) in marks:
+                last_ms = max(last_ms, event.t_ms)
+            if event.causation is not None:
+                caused[event.causation] = min(at, caused.get(event.causation, at))
+    feed: list[tuple[int, int, int, Event]] = []
+    for i, spec in enumerate(specs):
+        if spec.family in actor.rebuild_skips:
+            continue
+        floor = report.floors.get(spec.durable, 0)
+        if floor <= 0:
+            continue
+        handled = 0
+        for msg in await read_stream(js, spec.stream, run_filters(spec.subjects, run.run), upto_seq=floor):
+            event = _decoded(msg.data)
+            if event is None or event.run != run.run:
+                continue
+            # One consumer hands its inputs over in stream order: an input that caused nothing
+            # is taken as handled with the one before it (as re-execution takes it).
+            handled = max(handled, caused.get(event.id, handled))
+            feed.append((handled, i, msg.seq, event))
+    feed.sort(key=lambda x: x[:3])
+    last = None
+    if isinstance(actor, ClockedActor) and actor.resumes_from is not None:
+        last = await _last(js, run.run, actor.resumes_from.type)
+    # One call into the actor: its clock sees the run only once it is rebuilt and resumed.
+    emitted = await in_thread(_rebuild_state, kernel, run, [(at, event) for at, _, _, event in feed], last_ms, last)
+    unsaid = unpublished(emitted, stored, caused)
+    if unsaid:
+        log.warning("%s: run %s: %d outputs of the rebuilt state were never published (%s): published now",
+                    actor.name, run.run, len(unsaid), ", ".join(sorted({e.type for e in unsaid})))
+        await publish(unsaid)
+        report.published += len(unsaid)
+    report.inputs += len(feed)
+    report.runs.append(run.run)
+
+
+def _rebuild_state(kernel: Kernel[Any], run: RunStarted, feed: list[tuple[int, Event]], last_ms: int,
+                   last: Event | None) -> list[Event]:
+    """The actor told it is taking the run over, its inputs handled again (``_replay``), and an
+    actor that goes on from its last output told what that was; what the replay emitted."""
+    kernel.actor.taking_over(run.run)
+    emitted = _replay(kernel, run, feed, last_ms)
+    if last is not None and isinstance(kernel.actor, ClockedActor):
+        kernel.actor.resume(run.run, last)
+    return emitted
 
 
 def _replay(kernel: Kernel[Any], run: RunStarted, feed: list[tuple[int, Event]], last_ms: int) -> list[Event]:

@@ -152,6 +152,9 @@ class ConsumerSpec:
     max_deliver: int = 5
     ack_wait_s: float = 30.0
     max_ack_pending: int = 1024
+    # Deleted by the server after this long without a client (a run's own consumer, left behind
+    # when its run ended with nobody holding it); None: kept.
+    inactive_threshold_s: float | None = None
 
     @property
     def stream(self) -> str:
@@ -170,6 +173,7 @@ class ConsumerSpec:
             ack_wait=self.ack_wait_s, max_ack_pending=self.max_ack_pending,
             filter_subject=filters[0] if len(filters) == 1 else None,
             filter_subjects=filters if len(filters) > 1 else None,
+            inactive_threshold=self.inactive_threshold_s,
         )
 
 

@@ -76,6 +76,7 @@ log = logging.getLogger(__name__)
 RESTARTS = 5
 HOUSEKEEPING_S = 1.0  # how often held runs are checked for release
 TICK_STORES = 64  # a clocked actor's ticks whose outputs may wait for their acks at once
+RUN_CONSUMER_IDLE_S = 3600.0  # a run's own consumer nobody read this long goes (its run long over)
 OUTAGE_BACKOFF_S = 5.0  # the longest wait between tries of a batch held by an outage (the store down)
 
 
@@ -150,6 +151,7 @@ class ActorRuntime:
                 filters=tuple(run_filters(inp.filters or (family_filter(inp.family),), run)) if run else inp.filters,
                 max_deliver=self.settings.max_deliver, ack_wait_s=self.settings.ack_wait_s,
                 max_ack_pending=max(self.settings.max_inflight * 4, 1024),
+                inactive_threshold_s=RUN_CONSUMER_IDLE_S if run else None,
             )
             for inp in self.actor.inputs
         ]

@@ -178,17 +178,14 @@ class Kernel(Generic[P]):
         """The settings a run's handlers see: the process's, with what the run recorded applied."""
         if run is None:
             return self.settings
-        found = self._settings.get(run.run)
-        if found is None or self.runs.get(run.run) is not run:
-            found = run_settings(self.settings, run.config)
-            if run.run in self.runs:
-                self._settings[run.run] = found
-        return found
+        if self.runs.get(run.run) is run:  # a held run's, worked out when it was opened
+            return self._settings[run.run]
+        return run_settings(self.settings, run.config)
 
     def _open(self, run: RunStarted) -> None:
         if self.runs.get(run.run) is not run:
             self.runs[run.run] = run
-            self._settings.pop(run.run, None)
+            self._settings[run.run] = run_settings(self.settings, run.config)
 
     def release(self, run: str) -> None:
         """Drop a run: the actor forgets its state, and so does the kernel."""
@@ -213,10 +210,9 @@ class Kernel(Generic[P]):
         decision = admit(actor, event, run, joins=joins, late=late)
         if not decision.handled:
             return Taken(decision)
-        ctx = self.context(run, now_ms, decision.ended)
         if run is not None and not decision.ended:
             self._open(run)
-            ctx = self.context(run, now_ms, decision.ended)
+        ctx = self.context(run, now_ms, decision.ended)
         if self.queue is not None and isinstance(actor, ScheduledActor) and run is not None and not ctx.ended \
                 and not isinstance(event, RunStarted):
             work = actor.work(event, ctx)

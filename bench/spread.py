@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actors.runtime.owners import OWN
+from actors.runtime.owners import OWN, key_value, own_key
 from app.supervisor import Stage, run_show
 from bench.common import machine, print_table, write_result
 from bench.scale import chat_show
@@ -37,7 +37,7 @@ from events import codec
 from events.frame import FrameRendered
 from events.subjects import PREFIX, stream_name
 from infra.bus import read_stream
-from infra.lease import keys_under, lease_bucket
+from infra.lease import holder_of, keys_under, lease_bucket
 from infra.natsserver import EmbeddedNats
 from infra.settings import Settings, load_settings
 
@@ -51,12 +51,9 @@ async def holders(stage: Stage, kind: str) -> dict[str, str]:
     kv = await lease_bucket(stage.js, TTL_S)
     out = {}
     for run in await keys_under(stage.js, f"{OWN}.{kind}"):
-        try:
-            entry = await kv.get(f"{OWN}.{kind}.{run}")
-        except Exception:  # noqa: BLE001 - deleted or expired: held by nobody now
-            continue
-        if entry.value:
-            out[run] = entry.value.decode().rsplit("#", 1)[0]
+        value = await key_value(kv, own_key(kind, run))
+        if value:  # None: deleted or expired, held by nobody now
+            out[run] = holder_of(value)
     return out
 
 

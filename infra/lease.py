@@ -57,6 +57,11 @@ async def keys_under(js: JetStreamContext, prefix: str) -> set[str]:
     return {subject.rsplit(".", 1)[1] for subject in subjects}
 
 
+def holder_of(value: bytes | None) -> str:
+    """Who wrote a lease's value (the holder's name, without the lease's own token); "" for none."""
+    return (value or b"").decode(errors="replace").rsplit("#", 1)[0]
+
+
 def holder_name() -> str:
     """Who holds a lease, as written in it: host and process (for people and logs)."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -108,7 +113,7 @@ class Lease:
     async def current_holder(self) -> str | None:
         """Who holds the lease now (None: nobody)."""
         entry = await self._entry()
-        return None if entry is None else (entry.value or b"").decode(errors="replace").rsplit("#", 1)[0] or None
+        return None if entry is None else holder_of(entry.value) or None
 
     async def _entry(self) -> KeyValue.Entry | None:
         """The key's entry now (None: absent)."""

@@ -238,6 +238,24 @@ class ActorRuntime:
         await self._owned(run, self.owners.name, previous, reason)
         return True
 
+    async def _stop_run_loops(self, run_id: str, wait_s: float = 5.0) -> None:
+        """Stop a held run's fetch loops (each ends after its current batch; one still running
+        after ``wait_s`` is cancelled) and unsubscribe from its consumers."""
+        loops = self._run_loops.pop(run_id, None)
+        if loops is None:
+            return
+        stop, tasks, subs = loops
+        stop.set()
+        if wait_s > 0:
+            _, tasks_left = await asyncio.wait(tasks, timeout=wait_s)
+        else:
+            tasks_left = set(tasks)
+        for task in tasks_left:
+            task.cancel()
+        for sub in subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
     async def _locked(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Actor code run on its worker thread while nothing else touches the actor (the shows it
         already holds go on between such calls)."""
@@ -246,16 +264,7 @@ class ActorRuntime:
 
     async def _let_go_of(self, run_id: str, reason: str) -> None:
         """Stop reading a run's inputs and forget its state (its key is let go by the caller)."""
-        loops = self._run_loops.pop(run_id, None)
-        if loops is not None:
-            stop, tasks, subs = loops
-            stop.set()
-            _, stuck = await asyncio.wait(tasks, timeout=5.0)
-            for task in stuck:
-                task.cancel()
-            for sub in subs:
-                with contextlib.suppress(Exception):
-                    await sub.unsubscribe()
+        await self._stop_run_loops(run_id)
         for d in [d for d in self.kernel.queued() if d.run == run_id]:  # waiting work goes back
             with contextlib.suppress(Exception):
                 await d.msg.nak()
@@ -366,14 +375,8 @@ class ActorRuntime:
         running = list(self._threads)
         if running:
             await asyncio.to_thread(concurrent.futures.wait, running, timeout_s * 4)
-        for stop, tasks, subs in self._run_loops.values():  # a spread actor's runs not handed over
-            stop.set()
-            for task in tasks:
-                task.cancel()
-            for sub in subs:
-                with contextlib.suppress(Exception):
-                    await sub.unsubscribe()
-        self._run_loops.clear()
+        for run_id in list(self._run_loops):  # a spread actor's runs not handed over
+            await self._stop_run_loops(run_id, wait_s=0)
         if self.owners is not None:
             await self.owners.close()
         await self._in_thread(self.actor.close)
@@ -919,14 +922,7 @@ class ActorRuntime:
     async def _retire(self, run: str) -> None:
         """A held run is over: its fetch loops stop, its key and its consumers go."""
         assert self.owners is not None
-        loops = self._run_loops.pop(run, None)
-        if loops is not None:
-            stop, tasks, subs = loops
-            stop.set()
-            await asyncio.wait(tasks, timeout=5.0)
-            for sub in subs:
-                with contextlib.suppress(Exception):
-                    await sub.unsubscribe()
+        await self._stop_run_loops(run)
         await self.owners.let_go(run)
         for spec in self.consumer_specs(run):
             with contextlib.suppress(Exception):

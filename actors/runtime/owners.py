@@ -47,7 +47,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyDeletedError, KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from infra.lease import Lease, keys_under, runs_on_air
+from infra.lease import Lease, holder_of, keys_under, runs_on_air
 
 log = logging.getLogger(__name__)
 OWN, MEMBER = "own", "member"
@@ -72,7 +72,8 @@ def member_key(kind: str, name: str) -> str:
     return f"{MEMBER}.{kind}.{name}"
 
 
-async def _value(kv: KeyValue, key: str) -> bytes | None:
+async def key_value(kv: KeyValue, key: str) -> bytes | None:
+    """A key's value now (None: absent, deleted or expired)."""
     try:
         entry = await kv.get(key)
     except (KeyNotFoundError, KeyDeletedError):
@@ -117,9 +118,9 @@ class RunOwners:
                 self.unheld_since.pop(run)
         waiting = []
         for run in sorted(on_air - set(self.leases)):
-            holder = await _value(self.kv, own_key(self.kind, run))
+            holder = await key_value(self.kv, own_key(self.kind, run))
             if holder is not None:
-                self.last_holder[run] = holder.decode(errors="replace").rsplit("#", 1)[0]
+                self.last_holder[run] = holder_of(holder)
                 self.unheld_since.pop(run, None)
                 continue
             waiting.append(run)
@@ -148,7 +149,7 @@ class RunOwners:
             if name == self.name:
                 loads.append((len(self.leases), name))
                 continue
-            value = await _value(self.kv, member_key(self.kind, name))
+            value = await key_value(self.kv, member_key(self.kind, name))
             if value is None:
                 continue
             try:

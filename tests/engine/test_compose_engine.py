@@ -111,9 +111,19 @@ def stack() -> Iterator[Stack]:
     t0 = time.monotonic()
     try:
         stack.compose("up", "-d", "--no-build", *scale, timeout=600)
-    except AssertionError:
-        for service in ("provision", "nats", "postgres", *WORKERS):
-            print(f"---- {service}\n{stack.logs(service)[-2000:]}", file=sys.stderr)
+    except (AssertionError, subprocess.TimeoutExpired) as e:
+        # What kept `up` from finishing: each container's state and health, and the logs.
+        if isinstance(e, subprocess.TimeoutExpired):
+            print(f"---- compose up, its output so far\n{(e.stderr or b'')[-3000:]!r}", file=sys.stderr)
+        with contextlib.suppress(Exception):
+            for c in stack.containers():
+                health = (c["State"].get("Health") or c["State"].get("Healthcheck") or {})
+                print(f"---- {c['Name']}: {c['State'].get('Status')} restarts={c.get('RestartCount')} "
+                      f"health={health.get('Status', 'none')} {[h.get('Output', '')[-300:] for h in (health.get('Log') or [])[-2:]]}",
+                      file=sys.stderr)
+        for service in ("provision", "nats", "postgres", *WORKERS, "show"):
+            with contextlib.suppress(Exception):
+                print(f"---- {service}\n{stack.logs(service)[-2000:]}", file=sys.stderr)
         raise
     print(f"\ncompose up: {time.monotonic() - t0:.0f} s", file=sys.stderr)
     try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from events.base import Event
 from events.errors import HandlerError
@@ -52,6 +52,11 @@ class Context:
     ended: bool = False
     # The run's settings (the kernel's: the process's with the run's recorded ones applied).
     settings: Settings | None = None
+    # What the actor keeps for this run (``Actor.open_run``), held by the kernel; None when the
+    # actor keeps nothing, or for a run the kernel does not hold (unknown, or an input after its end).
+    state: Any = None
+    # What ``Actor.prepare`` built ahead for this input (None: nothing).
+    prepared: Any = None
 
     def settings_over(self, own: Settings) -> Settings:
         """The settings a handler follows: the run's as the kernel gave them, else (a context made
@@ -116,10 +121,13 @@ class Actor:
         """Turn one input event into output events (no I/O, no wall clock)."""
         raise NotImplementedError
 
-    def prepare(self, event: Event) -> None:
+    def prepare(self, event: Event, ctx: Context) -> Any:
         """Build, ahead of ``handle`` and on a thread of its own, what handling an input will need
         and that takes long (the render's sprites for a run.started): the actor's other work (the
-        frames of the shows already on air) goes on meanwhile.  Touches no state of the runs."""
+        frames of the shows already on air) goes on meanwhile.  ``ctx.state`` is the run's state
+        (None: not held yet, as for its start), to be read only; ``ctx.now_ms`` is 0.  What it
+        returns (None: nothing) is handed to that input's handler as ``Context.prepared``."""
+        return None
 
     def undecodable(self, key: str, raw: bytes, reason: str, ctx: Context) -> Sequence[Event]:
         """Events to emit for an input that could not be decoded (besides the dead letter).
@@ -128,16 +136,20 @@ class Actor:
         """
         return ()
 
-    def taking_over(self, run: str) -> None:
+    def open_run(self, run: RunStarted, settings: Settings) -> Any:
+        """What the actor keeps for one run (None: nothing).  The kernel makes it when it opens the
+        run (for an actor that consumes ``run.started``: the start of a run it joins, or a run
+        handed over to it; for one that does not: the run's first input), hands
+        it to every handler of the run as ``Context.state`` and drops it when the run is released
+        (ended a grace period ago, idle too long, or handed to another process): an actor keeps no
+        run-keyed bookkeeping of its own, and a long-lived worker does not grow with every run."""
+        return None
+
+    def close_run(self, state: Any) -> None:
+        """A run's state is being dropped: release what it holds outside Python (files, encoders)."""
+
+    def taking_over(self, state: Any) -> None:
         """A process taking over (``takes_over``) is about to handle the run's past inputs again."""
-
-    def release(self, run: str) -> None:
-        """Forget a run: it ended (a grace period ago) or has been idle too long.  An actor that
-        keeps state per run drops it here, so a long-lived worker does not grow with every run."""
-
-    def holds(self, run: str) -> bool:
-        """Whether the actor keeps any state for a run (False once it is released)."""
-        return False
 
     def close(self) -> None:
         """Release resources (files, models) at shutdown."""
@@ -155,19 +167,15 @@ class ClockedActor(Actor):
     # goes on from the frame after the last one stored).
     resumes_from: ClassVar[type[Event] | None] = None
 
-    def resume(self, run: str, last: Event) -> None:
+    def resume(self, state: Any, last: Event) -> None:
         """Taken over mid-run: ``last`` is the run's last stored output of type ``resumes_from``."""
 
-    def next_tick(self, run: str) -> int | None:
-        """Show time (ms) at which ``tick`` is next due for a run, or None."""
+    def next_tick(self, state: Any) -> int | None:
+        """Show time (ms) at which ``tick`` is next due for the run whose state this is, or None."""
         return None
 
-    def active_runs(self) -> Sequence[RunStarted]:
-        """Runs this actor is clocking."""
-        return ()
-
     def tick(self, ctx: Context) -> Handled:
-        """Events due at ``ctx.now_ms`` of ``ctx.run``."""
+        """Events due at ``ctx.now_ms`` of ``ctx.run`` (its state: ``ctx.state``)."""
         return ()
 
 
@@ -207,10 +215,12 @@ class ScheduledActor(Actor):
         """Events saying that ``event`` was dropped because its deadline passed."""
         return ()
 
-    def noticed(self, event: Event) -> None:
-        """An input has arrived (called on the event loop as soon as it is decoded, even while a
-        handler runs on the worker thread): an actor that must yield to urgent work notes it
-        here.  Nothing by default; it must be quick and touch only thread-safe state."""
+    def noticed(self, event: Event, ctx: Context) -> None:
+        """An input has arrived (called by the feed as soon as it is decoded, before it is
+        admitted, even while a handler runs on the worker thread): an actor that must yield to
+        urgent work notes it here.  ``ctx`` has the run's settings and state (None: a run the
+        kernel does not hold) and no show time (``now_ms`` 0).  Nothing by default; it must be
+        quick and touch only thread-safe state."""
 
 
 @dataclass(frozen=True, slots=True)

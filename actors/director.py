@@ -150,6 +150,8 @@ class _Waiting:
 
 @dataclass(slots=True)
 class _RunState:
+    """What the director keeps for one run (``Director.open_run``); the kernel holds it."""
+
     run: RunStarted
     show: Show
     settings: Settings
@@ -178,33 +180,24 @@ class Director(ClockedActor):
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._runs: dict[str, _RunState] = {}
 
-    def _state(self, ctx: Context) -> _RunState:
-        assert ctx.run is not None
-        state = self._runs.get(ctx.run.run)
-        if state is None:
-            settings = ctx.settings_over(self.settings)
-            policy = StagePolicy(backlog_ms=settings.stage_backlog_ms, pause_ms=settings.reply_pause_ms,
-                                 deck_ms=settings.deck_ms)
-            show = show_from_dict(ctx.run.show)
-            plan = StagePlan(policy, ctx.run.duration_ms)
-            plan.weights = {r.id: r.weight for r in show.roles}
-            state = _RunState(ctx.run, show, settings, plan, ShowFloor(ctx.run, show, settings, plan), base=policy)
-            self._runs[ctx.run.run] = state
-        return state
+    def open_run(self, run: RunStarted, settings: Settings) -> _RunState:
+        """The run's stage: its show, the plan of its floor (from the run's settings) and the floor
+        the show takes itself when nobody waits."""
+        policy = StagePolicy(backlog_ms=settings.stage_backlog_ms, pause_ms=settings.reply_pause_ms,
+                             deck_ms=settings.deck_ms)
+        show = show_from_dict(run.show)
+        plan = StagePlan(policy, run.duration_ms)
+        plan.weights = {r.id: r.weight for r in show.roles}
+        return _RunState(run, show, settings, plan, ShowFloor(run, show, settings, plan), base=policy)
 
     # -- the clock: comments waiting for the floor, the show's own turns --------
 
-    def next_tick(self, run: str) -> int | None:
-        state = self._runs.get(run)
-        return None if state is None else _earliest(state.plan.next_due_ms(), state.floor.next_due_ms())
-
-    def active_runs(self) -> Sequence[RunStarted]:
-        return [s.run for s in self._runs.values() if self.next_tick(s.run.run) is not None]
+    def next_tick(self, state: _RunState) -> int | None:
+        return _earliest(state.plan.next_due_ms(), state.floor.next_due_ms())
 
     def tick(self, ctx: Context) -> Sequence[Event]:
-        state = self._runs.get(ctx.run_id)
+        state: _RunState | None = ctx.state
         return [] if state is None else self._catch_up(state, ctx.now_ms)
 
     def _catch_up(self, state: _RunState, now_ms: int) -> list[Event]:
@@ -235,25 +228,21 @@ class Director(ClockedActor):
             t_ms=ctx.now_ms, reason=code, detail=detail, text=sample,
         )]
 
-    def holds(self, run: str) -> bool:
-        return run in self._runs
-
-    def release(self, run: str) -> None:
-        self._runs.pop(run, None)
-
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
-        if ctx.run is None or ctx.ended or isinstance(event, RunStarted | RunEnded):
-            return self._run_event(event, ctx)
-        out: list[Event] = []
-        if ctx.run.run in self._runs:
-            out = self._catch_up(self._runs[ctx.run.run], ctx.now_ms)
-        state = self._state(ctx)
-        if isinstance(event, OperatorControl):
+        state: _RunState | None = ctx.state
+        if ctx.run is None or ctx.ended or state is None:
+            return self._outside(event, ctx)
+        if isinstance(event, RunStarted):  # the rundown's first segment (once, however often it comes)
+            return state.floor.opening(ctx.now_ms)
+        out = self._catch_up(state, ctx.now_ms)
+        if isinstance(event, RunEnded):  # the show stops speaking by itself
+            state.floor.closed = True
+        elif isinstance(event, OperatorControl):
             out += state.floor.control(event, ctx.now_ms)
             if state.floor.hold_all:  # the comments waiting go too (moderator lines never wait)
                 out += self._outcomes(state, state.plan.drain(ctx.now_ms, "on_hold"))
         elif isinstance(event, DanmakuReceived):
-            out += self._take(event, ctx)
+            out += self._take(state, event, ctx.now_ms)
         elif isinstance(event, RolePaceMeasured):
             out += self._paced(state, event, ctx.now_ms)
         elif isinstance(event, SpeechPlaced):
@@ -289,40 +278,34 @@ class Director(ClockedActor):
             max_sentences=dict(planned.max_sentences), reason=planned.reason, heard_ms=now,
         )]
 
-    def _run_event(self, event: Event, ctx: Context) -> list[Event]:
-        """The run starts (the rundown opens), ends (the show stops speaking by itself), or an
-        input comes for a run that is unknown or over."""
-        if isinstance(event, RunStarted):  # the rundown's first segment (once, however often it comes)
-            return self._state(Context(event, ctx.now_ms)).floor.opening(ctx.now_ms)
-        if isinstance(event, RunEnded):
-            state = self._runs.get(event.run)
-            if state is None:
-                return []
-            out = self._catch_up(state, ctx.now_ms)
-            state.floor.closed = True
-            return out
-        if isinstance(event, DanmakuReceived):
-            return self._take(event, ctx)
-        if isinstance(event, OperatorControl):
-            code, detail = ("run_ended", f"run {event.run!r} has ended") if ctx.run is not None else (
-                "unknown_run", f"no run {event.run!r} has started")
-            return [DanmakuRejected(id=event.derive("rejected"), run=event.run, causation=event.id,
-                                    correlation=event.id, t_ms=ctx.now_ms, reason=code, detail=detail,
-                                    user=event.user[:MAX_USER_CHARS])]
-        return []
+    @staticmethod
+    def _outside(event: Event, ctx: Context) -> list[Event]:
+        """An input for a run that is unknown (``ctx.run`` is None), over (a late one, ``ctx.ended``)
+        or not held here (no ``ctx.state``: this director was not given the run's start, nor handed
+        the run, or it let the run go): a viewer's or an operator's is answered with a rejection."""
+        if not isinstance(event, DanmakuReceived | OperatorControl):
+            return []
+        if ctx.run is None:
+            code, detail = "unknown_run", f"no run {event.run!r} has started"
+        elif ctx.ended:
+            code, detail = "run_ended", f"run {event.run!r} has ended"
+        else:
+            code, detail = "unknown_run", f"run {event.run!r} is not on this director's stage"
+        return [DanmakuRejected(id=event.derive("rejected"), run=event.run, causation=event.id,
+                                correlation=event.id, t_ms=ctx.now_ms, reason=code, detail=detail,
+                                user=event.user[:MAX_USER_CHARS],
+                                text=event.text[:200] if isinstance(event, DanmakuReceived) else "")]
 
-    def _take(self, event: DanmakuReceived, ctx: Context) -> list[Event]:
+    def _take(self, state: _RunState, event: DanmakuReceived, now: int) -> list[Event]:
         """Reject a danmaku, merge it with the same comment, or let it wait for the floor."""
-        reason = self._reject_reason(event, ctx)
+        reason = self._reject_reason(state, event)
         if reason is not None:
             code, detail = reason
             return [DanmakuRejected(
                 id=event.derive("rejected"), run=event.run, causation=event.id,
-                correlation=event.id, t_ms=ctx.now_ms, reason=code, detail=detail,
+                correlation=event.id, t_ms=now, reason=code, detail=detail,
                 user=event.user[:MAX_USER_CHARS], text=event.text[:200],
             )]
-        state = self._state(ctx)
-        now = ctx.now_ms
         key = normalise(event.text)
         if held_back(state.floor, event.kind):
             return [DanmakuSkipped(
@@ -487,12 +470,8 @@ class Director(ClockedActor):
         recent.append(str(opener))
         return opener
 
-    def _reject_reason(self, event: DanmakuReceived, ctx: Context) -> tuple[str, str] | None:
-        if ctx.run is None:
-            return "unknown_run", f"no run {event.run!r} has started"
-        if ctx.ended:  # sent after the run's run.ended: no actor of any show answers it
-            return "run_ended", f"run {event.run!r} has ended"
-        state = self._state(ctx)
+    @staticmethod
+    def _reject_reason(state: _RunState, event: DanmakuReceived) -> tuple[str, str] | None:
         settings = state.settings
         text = event.text
         if blank(text):

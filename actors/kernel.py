@@ -10,8 +10,11 @@ differs (the feed):
 The kernel owns, for all of them:
 
 - admission (``admit``): unknown, joined, ended, late and replayed runs;
-- the runs it holds: opened by an admitted ``run.started`` (or the first admitted input of
-  a run it was not given the start of), dropped by ``release``;
+- the runs it holds, and the actor's state for each (``Actor.open_run``, handed to every
+  handler as ``Context.state``), dropped by ``release``: an actor that takes runs' starts holds
+  the runs it joined (opened by their ``run.started``, or handed over: ``taking_over``); one that
+  does not (llm, tts, lipsync, QoS: their replicas share the work) holds a run from its first
+  admitted input;
 - the run's settings: a handler's ``Context.settings`` are the ones recorded in the run
   (``infra.settings.run_settings``), never the process's own;
 - the dispatch of each kind: an input on its own (``take``), a scheduled actor's queue with
@@ -25,9 +28,10 @@ it, whether an input came after the run's end, the time) and takes the outputs a
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from actors.base import Actor, ClockedActor, Context, Handled, ScheduledActor, Work
 from events.base import Event
@@ -41,6 +45,7 @@ __all__ = [
     "replay",
 ]
 HANDLE, SKIP, REFUSE, QUEUED = "handle", "skip", "refuse", "queued"
+log = logging.getLogger(__name__)
 P = TypeVar("P")
 T = TypeVar("T")
 
@@ -167,12 +172,19 @@ class Kernel(Generic[P]):
             WorkQueue(actor, fifo=fifo) if isinstance(actor, ScheduledActor) else None)
         self.runs: dict[str, RunStarted] = {}          # the runs the actor holds state for
         self._settings: dict[str, Settings] = {}       # each held run's settings
+        self.states: dict[str, Any] = {}               # each held run's state (``Actor.open_run``)
+        self.prepared: dict[str, Any] = {}             # input id -> what prepare built for it, until taken
+        # An actor that takes runs' starts holds the runs it joined (their start, or a takeover);
+        # one that does not holds a run from its first input.
+        self._starts = RunStarted in actor.consumes
 
     # -- runs --------------------------------------------------------------------
 
-    def context(self, run: RunStarted | None, now_ms: int, ended: bool = False) -> Context:
-        """The handler context of a run at show time ``now_ms``, with the run's settings."""
-        return Context(run, now_ms, ended, self.run_settings(run))
+    def context(self, run: RunStarted | None, now_ms: int, ended: bool = False, prepared: Any = None) -> Context:
+        """The handler context of a run at show time ``now_ms``, with the run's settings and the
+        actor's state for it (None for a run the kernel does not hold)."""
+        state = self.states.get(run.run) if run is not None else None
+        return Context(run, now_ms, ended, self.run_settings(run), state, prepared)
 
     def run_settings(self, run: RunStarted | None) -> Settings:
         """The settings a run's handlers see: the process's, with what the run recorded applied."""
@@ -183,18 +195,53 @@ class Kernel(Generic[P]):
         return run_settings(self.settings, run.config)
 
     def _open(self, run: RunStarted) -> None:
-        if self.runs.get(run.run) is not run:
-            self.runs[run.run] = run
-            self._settings[run.run] = run_settings(self.settings, run.config)
+        """Hold a run: its settings worked out and the actor's state for it made (the same run's
+        start again, a redelivery, keeps its state).  When either raises, nothing is held."""
+        held = self.runs.get(run.run)
+        if held is run:
+            return
+        settings = run_settings(self.settings, run.config)
+        if held is None:
+            self.states[run.run] = self.actor.open_run(run, settings)
+        self.runs[run.run] = run
+        self._settings[run.run] = settings
+
+    def state(self, run: str) -> Any:
+        """The actor's state for a held run (None: not held, or the actor keeps none)."""
+        return self.states.get(run)
 
     def release(self, run: str) -> None:
-        """Drop a run: the actor forgets its state, and so does the kernel."""
-        self.actor.release(run)
+        """Drop a run: the actor's state for it goes (``Actor.close_run`` first), and the kernel's."""
         self.runs.pop(run, None)
         self._settings.pop(run, None)
+        if run in self.states:
+            state = self.states.pop(run)
+            if state is not None:
+                self.actor.close_run(state)
+
+    def close(self) -> None:
+        """Release every run still held (the process stops): what their states hold outside
+        Python is finished (a video still being written gets its index).  One that fails does not
+        keep the others from closing."""
+        for run in list(self.runs.keys() | self.states.keys()):
+            try:
+                self.release(run)
+            except Exception:
+                log.exception("%s: closing run %s failed", self.actor.name, run)
 
     def holds(self, run: str) -> bool:
-        return run in self.runs or self.actor.holds(run)
+        return run in self.runs
+
+    def taking_over(self, run: RunStarted) -> None:
+        """A process taking a run over is about to hand it the run's past inputs again."""
+        self._open(run)
+        self.actor.taking_over(self.states.get(run.run))
+
+    def resume(self, run: RunStarted, last: Event) -> None:
+        """Taken over mid-run, a clocked actor goes on from ``last``, the run's last stored output
+        of its ``resumes_from`` type."""
+        if isinstance(self.actor, ClockedActor):
+            self.actor.resume(self.states.get(run.run), last)
 
     # -- one input ---------------------------------------------------------------
 
@@ -205,23 +252,44 @@ class Kernel(Generic[P]):
         start is its own.  ``wall_ms`` orders a queued input (default: the run's start plus
         ``now_ms``)."""
         actor = self.actor
+        prepared = self.prepared.pop(event.id, None) if self.prepared else None
         if isinstance(event, RunStarted):
             run = event
         decision = admit(actor, event, run, joins=joins, late=late)
         if not decision.handled:
             return Taken(decision)
-        if run is not None and not decision.ended:
-            self._open(run)
-        ctx = self.context(run, now_ms, decision.ended)
-        if self.queue is not None and isinstance(actor, ScheduledActor) and run is not None and not ctx.ended \
-                and not isinstance(event, RunStarted):
-            work = actor.work(event, ctx)
-            if work is not None:
-                wall = run.started_at_ms + now_ms if wall_ms is None else wall_ms
-                self.queue.add(id(event), (payload if payload is not None else event, event), work, ctx,  # type: ignore[arg-type]
-                               event.run, wall)
-                return Taken(decision, ctx, queued=True)
+        try:
+            if run is not None and not decision.ended and (
+                    isinstance(event, RunStarted) or not self._starts or run.run in self.runs):
+                self._open(run)
+            ctx = self.context(run, now_ms, decision.ended, prepared)
+            work = None
+            if self.queue is not None and isinstance(actor, ScheduledActor) and run is not None and not ctx.ended \
+                    and not isinstance(event, RunStarted):
+                work = actor.work(event, ctx)
+        except Exception as exc:  # noqa: BLE001 - the input fails as its handler would (retried, dead-lettered)
+            return Taken(decision, Context(run, now_ms, decision.ended), call=functools.partial(_raise, exc))
+        if work is not None and self.queue is not None and run is not None:
+            wall = run.started_at_ms + now_ms if wall_ms is None else wall_ms
+            self.queue.add(id(event), (payload if payload is not None else event, event), work, ctx,  # type: ignore[arg-type]
+                           event.run, wall)
+            return Taken(decision, ctx, queued=True)
         return Taken(decision, ctx, call=functools.partial(actor.handle, event, ctx))
+
+    def prepare(self, event: Event) -> None:
+        """Build ahead, on the caller's thread (the runtime: one beside the actor's worker), what
+        handling ``event`` will take long to make (``Actor.prepare``); it is handed to the input's
+        handler as ``Context.prepared`` when the kernel takes it."""
+        ctx = self.context(self.runs.get(event.run), 0)
+        made = self.actor.prepare(event, ctx)
+        if made is not None:
+            self.prepared[event.id] = made
+
+    def notice(self, event: Event) -> None:
+        """An input has arrived, before it is admitted (the runtime: as soon as it is decoded,
+        while a handler may run on the worker thread): a scheduled actor notes urgent work."""
+        if isinstance(self.actor, ScheduledActor):
+            self.actor.noticed(event, self.context(self.runs.get(event.run), 0))
 
     # -- a scheduled actor's queue -------------------------------------------------
 
@@ -274,8 +342,8 @@ class Kernel(Generic[P]):
         if not isinstance(actor, ClockedActor):
             return None
         best: tuple[int, RunStarted] | None = None
-        for run in actor.active_runs():
-            show_ms = actor.next_tick(run.run)
+        for run in self.runs.values():
+            show_ms = self._next_tick(run.run)
             if show_ms is None:
                 continue
             wall = run.started_at_ms + show_ms
@@ -283,9 +351,14 @@ class Kernel(Generic[P]):
                 best = (wall, run)
         return best
 
+    def _next_tick(self, run: str) -> int | None:
+        assert isinstance(self.actor, ClockedActor)
+        state = self.states.get(run)
+        return None if state is None else self.actor.next_tick(state)
+
     def ticks_ahead(self, run: str) -> bool:
         """Whether the actor has a tick to come for a run."""
-        return isinstance(self.actor, ClockedActor) and self.actor.next_tick(run) is not None
+        return isinstance(self.actor, ClockedActor) and self._next_tick(run) is not None
 
     def tick(self, run: RunStarted, now_ms: int) -> Handled:
         """What is due at show time ``now_ms`` of a run."""
@@ -295,6 +368,10 @@ class Kernel(Generic[P]):
     @staticmethod
     def _show_ms(run: RunStarted | None, wall_ms: int) -> int:
         return wall_ms - run.started_at_ms if run is not None else 0
+
+
+def _raise(exc: BaseException) -> Handled:
+    raise exc
 
 
 # -- the list feed: tests and benchmarks ----------------------------------------------------
@@ -308,28 +385,52 @@ class Emitted:
 
 @dataclass(slots=True)
 class ListFeed:
-    """Feeds one run's events to an actor, through its kernel, at show times the caller moves
-    the clock to, and collects what it emits, in order.  A scheduled actor's inputs wait in the
-    kernel's queue and leave in its batches as the clock moves (a batch takes no time here); a
-    clocked actor is ticked at the show times it asks for."""
+    """Feeds events to an actor, through its kernel, at show times the caller moves the clock to,
+    and collects what it emits, in order.  ``run`` is the feed's run; an event of another run
+    belongs to that run once its ``run.started`` was fed, and is of an unknown run before.  A
+    scheduled actor's inputs wait in the kernel's queue and leave in its batches as the clock
+    moves (a batch takes no time here); a clocked actor is ticked at the show times it asks for.
+
+    - ``feed``: move the clock (every tick due on the way), then take the events;
+    - ``handle``: take the events at a show time without running the clock (a handler's own
+      behaviour, as if the clock had not woken in between);
+    - ``advance``: run the clock; ``tick``: tick one run at a show time, due or not."""
 
     actor: Actor
     run: RunStarted
     now_ms: int = 0
     out: list[Emitted] = field(default_factory=list)
     kernel: Kernel[Event] = field(init=False)
+    started: dict[str, RunStarted] = field(init=False)
 
     def __post_init__(self) -> None:
         self.kernel = Kernel(self.actor)
+        self.started = {self.run.run: self.run}
+
+    def run_of(self, event: Event) -> RunStarted | None:
+        if isinstance(event, RunStarted):
+            self.started.setdefault(event.run, event)
+            return event
+        return self.started.get(event.run)
 
     def feed(self, *events: Event, at_ms: int | None = None, late: bool = False) -> list[Event]:
         """Move the clock to ``at_ms`` (running what falls due on the way), then take the events
         (arriving together: a scheduled actor's queue orders them); what they caused at once."""
         if at_ms is not None:
             self.advance(at_ms)
+        return self.handle(*events, late=late)
+
+    def handle(self, *events: Event, at_ms: int | None = None, late: bool = False) -> list[Event]:
+        """Take the events at show time ``at_ms`` (default: now) without running the clock on the
+        way; what they caused at once.  ``late``: they came after their run's end."""
+        if at_ms is not None:
+            self.now_ms = at_ms
         start = len(self.out)
+        for event in events:  # noticed on arrival and prepared, before any is handled (as the runtime does)
+            self.kernel.notice(event)
+            self.kernel.prepare(event)
         for event in events:
-            self._emit(self.kernel.take(event, self.run, self.now_ms, late=late).handle())
+            self._emit(self.kernel.take(event, self.run_of(event), self.now_ms, late=late).handle())
         self._drain()
         return [e.event for e in self.out[start:]]
 
@@ -337,7 +438,7 @@ class ListFeed:
         """Run the clock forward to ``to_ms``: every tick due on the way, at its show time."""
         start = len(self.out)
         while (due := self.kernel.next_tick()) is not None:
-            at_ms = due[0] - self.run.started_at_ms
+            at_ms = due[0] - due[1].started_at_ms
             if at_ms > to_ms:
                 break
             self.now_ms = max(self.now_ms, at_ms)
@@ -347,6 +448,22 @@ class ListFeed:
         self._drain()
         return [e.event for e in self.out[start:]]
 
+    def tick(self, at_ms: int | None = None, run: RunStarted | None = None) -> list[Event]:
+        """Tick a run (default: the feed's) at show time ``at_ms`` (default: now), due or not."""
+        if at_ms is not None:
+            self.now_ms = at_ms
+        start = len(self.out)
+        self._emit(self.kernel.tick(run or self.run, self.now_ms))
+        self._drain()
+        return [e.event for e in self.out[start:]]
+
+    def state(self, run: str | None = None) -> Any:
+        """The actor's state for a run (default: the feed's), as the kernel holds it."""
+        return self.kernel.state(run or self.run.run)
+
+    def release(self, run: str | None = None) -> None:
+        self.kernel.release(run or self.run.run)
+
     def _drain(self) -> None:
         """Handle the queued work of a scheduled actor, batch by batch, best priority first."""
         kernel = self.kernel
@@ -354,7 +471,8 @@ class ListFeed:
         for _, dropped in kernel.expired(wall_ms):
             self._emit(dropped)
         while (batch := kernel.next_batch(wall_ms)) is not None:
-            for outputs in kernel.handle_batch(batch, self.now_ms):
+            run = batch.run or self.run
+            for outputs in kernel.handle_batch(batch, wall_ms - run.started_at_ms):
                 self._emit(outputs)
             kernel.served(batch, wall_ms)
 

@@ -31,14 +31,13 @@ from events.run import RunStarted
 from events.show import show_from_dict
 from events.utterance import UtteranceDropped
 from events.viseme import FaceChanged, VisemeCut, VisemeMark, VisemeTrack
-from infra.settings import Settings, run_settings
+from infra.settings import Settings
 
 ANTICIPATION_MS = 20
 # An interruption takes effect this long after it is decided: two frames, so that the cut reaches
 # the renderer before it draws the first frame after it (a cut in the past could not be applied to
 # frames already drawn, and re-execution, which applies every cut, would draw them differently).
 CUT_LEAD_MS = 80
-DEFAULTS = Settings()  # the run's recorded settings (run.started.config) override these
 
 
 def visemes_of(chunk: AudioChunk, start_ms: int) -> tuple[VisemeMark, ...]:
@@ -88,14 +87,18 @@ class _Utterance:
 
 @dataclass(slots=True)
 class _Stage:
+    """A run's stage, the lipsync actor's state for the run (``open_run``)."""
+
+    faces: FacePlanner
+    ease_ms: int                        # the run's face_ease_ms
+    pause_ms: int                       # the pause between two replies (the run's reply_pause_ms)
+    urgent: float                       # the run's interrupt_priority: a reply this urgent takes the floor
+    end_ms: int                         # the show's end (0: none)
     floor_end_ms: int = 0
     speaking: _Utterance | None = None
     waiting: deque[_Utterance] = field(default_factory=deque)
     known: dict[str, _Utterance] = field(default_factory=dict)
     on_air: list[_Utterance] = field(default_factory=list)  # placed speech that may not be over yet
-    faces: FacePlanner | None = None
-    ease_ms: int = 0
-    pause_ms: int = 0                   # the pause between two replies (the run's reply_pause_ms)
     pause_next: bool = True             # False: the floor was cut free, the next reply starts at once
     untold: dict[str, _Utterance] = field(default_factory=dict)  # not told done to the director yet
 
@@ -110,25 +113,16 @@ class LipsyncActor(Actor):
 
     def __init__(self, lead_ms: int = 0) -> None:
         self.lead_ms = lead_ms
-        self._stages: dict[str, _Stage] = {}
 
-    def holds(self, run: str) -> bool:
-        return run in self._stages
-
-    def release(self, run: str) -> None:
-        self._stages.pop(run, None)
-
-    def _stage(self, run: str, ctx: Context) -> _Stage:
-        stage = self._stages.get(run)
-        if stage is None:
-            pause = ctx.settings_over(DEFAULTS).reply_pause_ms if ctx.run is not None else 0
-            stage = self._stages[run] = _Stage(pause_ms=pause)
-        return stage
+    def open_run(self, run: RunStarted, settings: Settings) -> _Stage:
+        roles = [(r.id, r.name) for r in show_from_dict(run.show).roles]
+        return _Stage(FacePlanner(roles, settings.face_hold_ms, settings.face_linger_ms), settings.face_ease_ms,
+                      settings.reply_pause_ms, settings.interrupt_priority, run.duration_ms)
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
-        if not isinstance(event, AudioChunk | UtteranceDropped):
-            return ()
-        stage = self._stage(event.run, ctx)
+        stage: _Stage | None = ctx.state
+        if stage is None or not isinstance(event, AudioChunk | UtteranceDropped):
+            return ()  # not a run this process holds (an input after its end): no stage to place on
         out = self._dropped(event, stage, ctx) if isinstance(event, UtteranceDropped) else self._chunk(event, stage, ctx)
         return out + self._tell(stage, event, ctx.now_ms)
 
@@ -174,7 +168,7 @@ class LipsyncActor(Actor):
     def _interrupt(stage: _Stage, utt: _Utterance, chunk: AudioChunk, ctx: Context) -> list[Event]:
         """A reply urgent enough takes the floor now: every reply on the timeline beyond this
         moment that is not urgent itself is cut where it is (one not yet begun, whole)."""
-        threshold = ctx.settings_over(DEFAULTS).interrupt_priority
+        threshold = stage.urgent
         if utt.priority < threshold:
             return []
         now = ctx.now_ms + CUT_LEAD_MS
@@ -198,9 +192,8 @@ class LipsyncActor(Actor):
                 ),
                 VisemeCut(id=chunk.derive(f"cutat:{cut.id}"), role=None, utterance=cut.id, at_ms=at, by=utt.id, **common),
             ]
-            planner = _planner(stage, ctx.run)
-            if planner is not None and cut.first_ms is not None:
-                out += _face_events(planner.cut(cut.role, at), stage, chunk, f"cutface:{cut.id}", ctx.now_ms, cut.id)
+            if cut.first_ms is not None:
+                out += _face_events(stage.faces.cut(cut.role, at), stage, chunk, f"cutface:{cut.id}", ctx.now_ms, cut.id)
         if stage.speaking is not None and stage.speaking.priority < threshold:
             stage.speaking = None
         stage.on_air = [u for u in stage.on_air if u.priority >= threshold]
@@ -227,10 +220,9 @@ class LipsyncActor(Actor):
         for key in [k for k in utt.pending if k[0] >= event.from_seq]:
             del utt.pending[key]
         out: list[Event] = []
-        planner = _planner(stage, ctx.run)
-        if (planner is not None and utt.cursor_ms is not None and not utt.done
+        if (utt.cursor_ms is not None and not utt.done
                 and utt.dropped_from <= utt.next_key[0]):  # it spoke, and nothing more of it will come
-            out += _face_events(planner.finished(utt.role, utt.cursor_ms), stage, event, "face", ctx.now_ms, utt.id)
+            out += _face_events(stage.faces.finished(utt.role, utt.cursor_ms), stage, event, "face", ctx.now_ms, utt.id)
         return out + self._advance(stage, ctx)
 
     def _unplace(self, stage: _Stage, utt: _Utterance, event: UtteranceDropped, ctx: Context) -> list[Event]:
@@ -250,14 +242,12 @@ class LipsyncActor(Actor):
             id=event.derive(f"cutat:{utt.id}"), run=event.run, role=None, causation=event.id,
             correlation=event.correlation, t_ms=ctx.now_ms, utterance=utt.id, at_ms=at, by="",
         )]
-        planner = _planner(stage, ctx.run)
-        if planner is not None:
-            out += _face_events(planner.cut(utt.role, at), stage, event, f"cutface:{utt.id}", ctx.now_ms, utt.id)
+        out += _face_events(stage.faces.cut(utt.role, at), stage, event, f"cutface:{utt.id}", ctx.now_ms, utt.id)
         return out + self._advance(stage, ctx)
 
     def _advance(self, stage: _Stage, ctx: Context) -> list[Event]:
         now_ms = ctx.now_ms
-        end_ms = ctx.run.duration_ms if ctx.run is not None else 0
+        end_ms = stage.end_ms
         out: list[Event] = []
         while True:
             speaking = stage.speaking
@@ -291,12 +281,10 @@ class LipsyncActor(Actor):
                 continue
             track = self._place(utt, chunk, now_ms, stage)
             out.append(track)
-            planner = _planner(stage, ctx.run)
-            if planner is not None:
-                changes = planner.spoken(track.role or "", track.start_ms, track.end_ms, chunk.text, chunk.emotion,
+            changes = stage.faces.spoken(track.role or "", track.start_ms, track.end_ms, chunk.text, chunk.emotion,
                                          first=utt.tracks == 1, sentence=chunk.part == 0, last=chunk.last)
-                out += _face_events(changes, stage, chunk, "face", now_ms, utt.id)
-                planner.forget_before(now_ms - 60_000)  # bounded over hours: only what is still in force
+            out += _face_events(changes, stage, chunk, "face", now_ms, utt.id)
+            stage.faces.forget_before(now_ms - 60_000)  # bounded over hours: only what is still in force
             utt.next_key = (chunk.seq + 1, 0) if chunk.part_last else (chunk.seq, chunk.part + 1)
             if chunk.last:
                 utt.done = True
@@ -330,16 +318,6 @@ class LipsyncActor(Actor):
             audio=chunk.id, seq=utt.tracks - 1, start_ms=start, end_ms=end, text=chunk.text,
             visemes=visemes_of(chunk, start), last=chunk.last, chunk=chunk.seq, chunk_done=chunk.part_last,
         )
-
-
-def _planner(stage: _Stage, run: RunStarted | None) -> FacePlanner | None:
-    """The run's face planner, made when its first speech is placed (None without a run)."""
-    if stage.faces is None and run is not None:
-        settings = run_settings(DEFAULTS, run.config)
-        roles = [(r.id, r.name) for r in show_from_dict(run.show).roles]
-        stage.faces = FacePlanner(roles, settings.face_hold_ms, settings.face_linger_ms)
-        stage.ease_ms = settings.face_ease_ms
-    return stage.faces
 
 
 def _face_events(changes: list[Change], stage: _Stage, cause: Event, tag: str, now_ms: int,

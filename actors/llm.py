@@ -41,6 +41,7 @@ from events.cue import CueIssued
 from events.danmaku import RolePaceMeasured
 from events.qos import ThrottleChanged
 from events.role import RoleWeightsChanged
+from events.run import RunStarted
 from events.show import RoleSpec, Show, blocked, show_from_dict
 from events.utterance import UtteranceChunk, UtteranceCompleted, UtteranceDropped
 from events.viseme import VisemeTrack
@@ -107,6 +108,22 @@ class _Pace:
         return False
 
 
+@dataclass(slots=True)
+class _RunState:
+    """What the actor keeps for one run (``open_run``): the kernel holds it and hands it to each
+    handler of the run as ``Context.state``."""
+
+    window: int                 # tokens allowed ahead of speech (the QoS actor's throttle window)
+    show: Show | None = None    # the run's show, read at its first cue
+    factors: dict[str, float] = field(default_factory=dict)  # role -> QoS weight factor
+    held: dict[str, _Held] = field(default_factory=dict)     # utterance -> text not yet released
+    # utterance -> what this actor wrote for it (a follow-up answers one of them), oldest first
+    written: dict[str, str] = field(default_factory=dict)
+    # (utterance, role, text) of the last sentences spoken on stage: the writers' context
+    spoken: deque[tuple[str, str, str]] = field(default_factory=lambda: deque(maxlen=CONTEXT_LINES))
+    pace: dict[str, _Pace] = field(default_factory=dict)     # role -> its measured pace
+
+
 @dataclass(frozen=True, slots=True)
 class _Cue:
     """A cue that gets a reply: its role, what the writer is asked, and the sentences room."""
@@ -117,6 +134,8 @@ class _Cue:
     prompt: Prompt
     limit: int
     writer: ReplyWriter
+    state: _RunState                # the run's
+    settings: Settings              # the run's
     opener: Sentence | None = None  # the cue's chunk 0, sent by the director: the writer goes on from it
     budget_ms: int = 0              # how long a model may take over its first sentence (0: no limit)
 
@@ -139,16 +158,7 @@ class LLMActor(ScheduledActor):
         emotion_classifier()
         # The writers roles name in the show file (backend, model), built on first use.
         self._writers: dict[tuple[str, str | None], ReplyWriter] = {}
-        self._spoken: dict[str, deque[tuple[str, str, str]]] = {}  # run -> (utterance, role, text) on stage
-        self._shows: dict[str, Show] = {}
-        self._settings: dict[str, Settings] = {}  # run -> its settings (the kernel's)
-        self.factors: dict[str, dict[str, float]] = {}  # run -> role -> QoS weight factor
         self.throttle = ThrottlePolicy()
-        self.windows: dict[str, int] = {}  # run -> tokens allowed ahead of speech (QoS)
-        self._held: dict[str, dict[str, _Held]] = {}  # run -> utterance -> text not yet released
-        # run -> utterance -> what this actor wrote for it (a follow-up answers one of them)
-        self._written: dict[str, dict[str, str]] = {}
-        self._pace: dict[str, dict[str, _Pace]] = {}  # run -> role -> its measured pace
         # Urgent cues (a gift, a moderator line) noticed and not yet taken up: the reply being
         # written stops for them (set on the event loop, read on the worker thread).
         self._urgent: dict[str, tuple[str, int]] = {}  # cue id -> its run and seq (the director's order)
@@ -157,18 +167,35 @@ class LLMActor(ScheduledActor):
         self._opened: dict[str, None] = {}  # cues that began with an opener (their chunk 0), oldest first
         self._urgent_lock = threading.Lock()
 
+    def open_run(self, run: RunStarted, settings: Settings) -> _RunState:
+        return _RunState(window=self.throttle.max_tokens)
+
+    def close_run(self, state: _RunState) -> None:
+        state.held.clear()  # a reply still being written for the run stops (see ``_written_out``)
+
+    def _state(self, ctx: Context) -> _RunState:
+        """The run's state; a throwaway one where the kernel holds none (a run released while its
+        cue waited, a context made by hand)."""
+        return ctx.state if isinstance(ctx.state, _RunState) else _RunState(window=self.throttle.max_tokens)
+
+    def _run_settings(self, ctx: Context) -> Settings:
+        """The run's settings (the kernel's, in the context)."""
+        return ctx.settings_over(self.settings)
+
     def work(self, event: Event, ctx: Context) -> Work | None:
         if not isinstance(event, CueIssued):
             return None
-        factor = self.factors.get(event.run, {}).get(event.role or "", 1.0)
+        factor = self._state(ctx).factors.get(event.role or "", 1.0)
         # A cue whose opener is out is answered even when its writer is behind (see ``_cue``).
         return Work(event.role or "", tokens=tokens_of(event.text), weight=event.priority * factor,
                     deadline_ms=0 if event.opener else event.deadline_ms)
 
-    def noticed(self, event: Event) -> None:
+    def noticed(self, event: Event, ctx: Context) -> None:
+        # On the event loop while a handler may run on the worker thread: it touches no state of
+        # the run, only what the lock guards.
         if isinstance(event, CueIssued) and event.opener:
             self._note_opened(event)
-        if isinstance(event, CueIssued) and event.priority >= self.settings_of(event.run).interrupt_priority:
+        if isinstance(event, CueIssued) and event.priority >= self._run_settings(ctx).interrupt_priority:
             with self._urgent_lock:
                 self._urgent[event.id] = (event.run, event.seq)
                 writing = self._writing
@@ -197,11 +224,11 @@ class LLMActor(ScheduledActor):
         with self._urgent_lock:
             self._urgent.pop(event.id, None)
 
-    def _preempted(self, event: CueIssued) -> str | None:
+    def _preempted(self, event: CueIssued, settings: Settings) -> str | None:
         """The urgent cue the reply gives way to: one of its run the director issued after it and
         the writer has not taken up yet (None: it goes on).  The director's plan cut the reply
         for it; a cue issued before the urgent one was planned around it."""
-        if event.priority >= self.settings_of(event.run).interrupt_priority:
+        if event.priority >= settings.interrupt_priority:
             return None
         with self._urgent_lock:
             return min((u for u, (run, seq) in self._urgent.items() if _gives_way(event, run, seq)), default=None)
@@ -214,15 +241,6 @@ class LLMActor(ScheduledActor):
             correlation=event.correlation, t_ms=ctx.now_ms, utterance=event.id,
             reason=f"deadline passed {ctx.now_ms - event.deadline_ms} ms ago while the cue waited",
         )]
-
-    def holds(self, run: str) -> bool:
-        return any(run in per_run for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken,
-                                                     self._written, self._pace, self._settings))
-
-    def release(self, run: str) -> None:
-        for per_run in (self._shows, self.factors, self.windows, self._held, self._spoken, self._written,
-                        self._pace, self._settings):
-            per_run.pop(run, None)
 
     def close(self) -> None:
         """Stop the writers that hold something outside this process (a served model's engine)."""
@@ -251,27 +269,25 @@ class LLMActor(ScheduledActor):
             self._writers[key] = self.backends.reply_writer(backend, model=model)
         return self._writers[key]
 
-    def _show(self, ctx: Context) -> Show:
+    @staticmethod
+    def _show(ctx: Context, state: _RunState) -> Show:
         assert ctx.run is not None
-        show = self._shows.get(ctx.run.run)
-        if show is None:
-            show = self._shows[ctx.run.run] = show_from_dict(ctx.run.show)
-            self._settings[ctx.run.run] = ctx.settings_over(self.settings)
-        return show
-
-    def settings_of(self, run: str) -> Settings:
-        """A run's settings, as its first cue's context gave them (the process's before that)."""
-        return self._settings.get(run, self.settings)
+        if state.show is None:
+            state.show = show_from_dict(ctx.run.show)
+        return state.show
 
     def handle(self, event: Event, ctx: Context) -> Handled:
+        return self._handle(event, ctx, self._state(ctx))
+
+    def _handle(self, event: Event, ctx: Context, state: _RunState) -> Handled:
         if isinstance(event, RoleWeightsChanged):
-            self.factors[event.run] = dict(event.weights)
+            state.factors = dict(event.weights)
             return ()
         if isinstance(event, VisemeTrack | ThrottleChanged | UtteranceDropped):
-            return self._progress(event, ctx)
+            return self._progress(event, ctx, state)
         if not isinstance(event, CueIssued):
             return ()
-        cue = self._cue(event, ctx)
+        cue = self._cue(event, ctx, state)
         if not isinstance(cue, _Cue):
             return cue
         return self._write(cue, self._sentences_of(cue), ctx)
@@ -363,7 +379,8 @@ class LLMActor(ScheduledActor):
     def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Handled]:
         """One role's cues: the writer gets their prompts in one call (per persona), and each
         cue's reply streams out as the writer writes it."""
-        cues = [self._cue(e, ctx) if isinstance(e, CueIssued) else None for e in events]
+        state = self._state(ctx)
+        cues = [self._cue(e, ctx, state) if isinstance(e, CueIssued) else None for e in events]
         by_persona: dict[tuple[Persona, int], list[_Cue]] = {}
         for cue in cues:
             if isinstance(cue, _Cue) and not cue.event.verbatim:
@@ -375,20 +392,21 @@ class LLMActor(ScheduledActor):
         out: list[Handled] = []
         for event, cue in zip(events, cues, strict=True):
             if cue is None:
-                out.append(self.handle(event, ctx))
+                out.append(self._handle(event, ctx, state))
             elif isinstance(cue, _Cue):
                 out.append(self._write(cue, replies[event.id] if event.id in replies else self._sentences_of(cue), ctx))
             else:
                 out.append(cue)
         return out
 
-    def _cue(self, event: CueIssued, ctx: Context) -> _Cue | list[Event]:
+    def _cue(self, event: CueIssued, ctx: Context, state: _RunState) -> _Cue | list[Event]:
         """What to ask the writer for a cue, or the drop that answers it instead."""
         self._taken_up(event)
         common = _common(event)
         if self._cancelled_cue(event):
             return []  # dropped whole before it was written (superseded): its drop is its answer
-        urgent = self._preempted(event)
+        settings = self._run_settings(ctx)
+        urgent = self._preempted(event, settings)
         if urgent is not None:  # an urgent cue issued after it waits: the director's plan cut this one
             return [UtteranceDropped(
                 id=event.derive("dropped"), t_ms=ctx.now_ms, utterance=event.id,
@@ -401,7 +419,7 @@ class LLMActor(ScheduledActor):
                 reason=f"deadline passed {ctx.now_ms - event.deadline_ms} ms before writing", **common,
             )]
         assert ctx.run is not None
-        show = self._show(ctx)
+        show = self._show(ctx, state)
         role = show.role(event.role or "")
         if role is None:
             return [UtteranceDropped(
@@ -409,14 +427,13 @@ class LLMActor(ScheduledActor):
                 reason=f"role {event.role!r} is not in the show", **common,
             )]
         persona = Persona(role.id, role.name, role.persona, role.language, role.keywords, role.llm_adapter)
-        settings = self.settings_of(event.run)
         limit = min(settings.llm_max_sentences, event.max_sentences or settings.llm_max_sentences)
         if event.verbatim:
             limit = 64  # said word for word, whole
-        context = tuple(f"{_name(show, who)}: {text}" for _, who, text in self._spoken.get(event.run, ()))
+        context = tuple(f"{_name(show, who)}: {text}" for _, who, text in state.spoken)
         prompt = Prompt(cue_id=event.id, user=event.user, text=event.text, seed=ctx.run.seed, context=context,
                         max_sentences=limit, cast=tuple(r.name for r in show.roles), gift=event.gift,
-                        **self._own_line(event, show))
+                        **self._own_line(event, show, state))
         writer = self.writer_for(role)
         scripted = self._built("scripted", None)
         if not event.verbatim and not event.self_driven and scripted.is_injection(event.text):  # type: ignore[attr-defined]
@@ -432,17 +449,18 @@ class LLMActor(ScheduledActor):
         budget = settings.llm_first_sentence_ms
         if budget and event.begins_ms:  # on deck: until its speech is planned to begin
             budget = max(budget, event.begins_ms - ctx.now_ms - SPEAK_MARGIN_MS)
-        return _Cue(event, role, persona, prompt, limit, writer, opener, budget)  # limit: the stage's room
+        return _Cue(event, role, persona, prompt, limit, writer, state, settings, opener, budget)  # limit: the stage's room
 
-    def _own_line(self, event: CueIssued, show: Show) -> dict[str, Any]:
+    @staticmethod
+    def _own_line(event: CueIssued, show: Show, state: _RunState) -> dict[str, Any]:
         """What a writer is told of a line of the show's own: its kind, the segment and its
         brief, and the line a follow-up answers (as written here, else as heard on stage)."""
         if not event.self_driven:
             return {}
         follows = ""
         if event.follows:
-            follows = self._written.get(event.run, {}).get(event.follows, "")
-            follows = follows or " ".join(t for u, _, t in self._spoken.get(event.run, ()) if u == event.follows)
+            follows = state.written.get(event.follows, "")
+            follows = follows or " ".join(t for u, _, t in state.spoken if u == event.follows)
         segment = next((g for g in show.rundown if g.title == event.segment), None)
         role = show.role(event.role or "")
         return {"kind": event.reason, "segment": event.segment, "follows": follows, "point": event.point,
@@ -454,9 +472,9 @@ class LLMActor(ScheduledActor):
 
     def _write(self, cue: _Cue, sentences: Iterable[str], ctx: Context) -> Iterator[Event]:
         """Stream a reply: each sentence becomes a chunk, released as the throttle allows."""
-        event, run = cue.event, cue.event.run
+        event, state = cue.event, cue.state
         held = _Held()
-        self._held.setdefault(run, {})[event.id] = held
+        state.held[event.id] = held
         texts: list[tuple[str, bool]] = []
         if cue.opener is not None:  # chunk 0, sent with the cue: outside this reply's throttle
             texts.append((str(cue.opener), False))
@@ -464,20 +482,20 @@ class LLMActor(ScheduledActor):
             held.spoken_chunks.add(0)
         stream = self._or_scripted(cue, sentences, held)
         marks: list[float] = [time.perf_counter()]  # when writing began, then each sentence
-        if event.priority < self.settings_of(run).interrupt_priority and not event.verbatim:
+        if event.priority < cue.settings.interrupt_priority and not event.verbatim:
             with self._urgent_lock:
                 self._writing = (event, cue.writer)
         try:
             yield from self._written_out(cue, held, texts, stream, ctx, marks)
         except WriterInterrupted:  # an urgent cue took the writer mid-sentence: the rest gives way
-            urgent = self._preempted(event) or "?"
-            yield from self._writer_failed(run, held, event, _later(ctx, marks[0]),
+            urgent = self._preempted(event, cue.settings) or "?"
+            yield from self._writer_failed(state, held, event, _later(ctx, marks[0]),
                                            f"interrupted while writing sentence {len(texts)}: the urgent cue "
                                            f"{urgent} takes the writer")
             return
         except BackendError as exc:  # the model failed (a server down): the cue is answered with the reason
             log.warning("%s: %s", event.id, exc)
-            yield from self._writer_failed(run, held, event, _later(ctx, marks[0]), f"writer failed: {exc}")
+            yield from self._writer_failed(state, held, event, _later(ctx, marks[0]), f"writer failed: {exc}")
             return
         finally:
             with self._urgent_lock:
@@ -485,10 +503,10 @@ class LLMActor(ScheduledActor):
             close = getattr(stream, "close", None)
             if close is not None:
                 close()  # the stage has no room for more: let the writer stop
-        if self._held.get(run, {}).get(event.id) is not held:
+        if state.held.get(event.id) is not held:
             return
         said = ("" if cue.role.language == "zh" else " ").join(t for t, _ in texts)
-        written = self._written.setdefault(run, {})
+        written = state.written
         written[event.id] = said
         while len(written) > WRITTEN_KEPT:  # the oldest go: a follow-up answers a recent line
             del written[next(iter(written))]
@@ -501,22 +519,23 @@ class LLMActor(ScheduledActor):
         )
         if not event.verbatim:
             yield from self._wrote(cue, marks, ctx)
-        yield from self._release(run, held, ctx.now_ms)
+        yield from self._release(state, held, ctx.now_ms)
 
     def _wrote(self, cue: _Cue, marks: list[float], ctx: Context) -> list[Event]:
         """A reply written: the writer's pace (to its first sentence, between two more)."""
         event = cue.event
-        pace = self._pace.setdefault(event.run, {}).setdefault(cue.role.id, _Pace())
+        pace = cue.state.pace.setdefault(cue.role.id, _Pace())
         pace.backend = cue.writer.name
         if len(marks) > 1:
             pace.first.append(int((marks[1] - marks[0]) * 1000))
             pace.write.extend(int((b - a) * 1000) for a, b in zip(marks[1:], marks[2:], strict=False))
             pace.replies += 1
-        return self._tell_pace(event, cue.role.id, ctx)
+        return self._tell_pace(event, cue.role.id, ctx, cue.state)
 
-    def _tell_pace(self, cause: Event, role: str, ctx: Context) -> list[Event]:
+    @staticmethod
+    def _tell_pace(cause: Event, role: str, ctx: Context, state: _RunState) -> list[Event]:
         """The role's pace, when it moved enough since it was last told (for the director's floor)."""
-        pace = self._pace.get(cause.run, {}).get(role)
+        pace = state.pace.get(role)
         if pace is None or not pace.first:
             return []
         now = pace.measured(cause.run, role)
@@ -531,7 +550,7 @@ class LLMActor(ScheduledActor):
                      ctx: Context, marks: list[float]) -> Iterator[Event]:
         """The writer's sentences as chunks, each released as the throttle allows (``texts``
         collects each sentence, and whether a blocked word replaced it; ``marks`` when each came)."""
-        event, run = cue.event, cue.event.run
+        event, state = cue.event, cue.state
 
         def read() -> str | None:
             text = next(stream, None)
@@ -554,11 +573,11 @@ class LLMActor(ScheduledActor):
             elif said is None:
                 # A plain sentence: the next one (or the end) says whether it is the last; an
                 # urgent cue waiting makes it the last (the writer stops, the urgent cue gets it).
-                following = None if self._preempted(event) is not None else read()
+                following = None if self._preempted(event, cue.settings) is not None else read()
                 last = following is None
             else:
                 following, last = _UNREAD, said
-            if self._held.get(run, {}).get(event.id) is not held:
+            if state.held.get(event.id) is not held:
                 return  # the reply was cut short (or its run released) while it was written
             held.pieces.append(UtteranceChunk(
                 id=event.derive(f"chunk{seq}"), t_ms=ctx.now_ms, utterance=event.id, seq=seq, text=text,
@@ -568,14 +587,14 @@ class LLMActor(ScheduledActor):
             held.tokens[seq] = tokens_of(text)
             if not last:
                 # Out now (through the throttle) while the writer writes the next sentence.
-                yield from self._release(run, held, ctx.now_ms)
+                yield from self._release(state, held, ctx.now_ms)
             if following is _UNREAD:
                 if self._cancelled_cue(event):
-                    self._held[run].pop(event.id, None)
+                    state.held.pop(event.id, None)
                     return  # superseded while it was written: its drop is already out
-                urgent = None if last else self._preempted(event)
+                urgent = None if last else self._preempted(event, cue.settings)
                 if urgent is not None:  # the writer stops here: the urgent cue gets it next
-                    self._held[run].pop(event.id, None)
+                    state.held.pop(event.id, None)
                     yield UtteranceDropped(
                         id=event.derive("preempted"), t_ms=_later(ctx, marks[0]).now_ms, utterance=event.id,
                         from_seq=held.pieces[0].seq if held.pieces else seq + 1,
@@ -584,7 +603,7 @@ class LLMActor(ScheduledActor):
                     return
                 following = None if last else read()
                 if following is None and not last:
-                    yield from self._ended_early(run, held, event, seq, _later(ctx, marks[0]))
+                    yield from self._ended_early(held, event, seq, _later(ctx, marks[0]))
             text = following
 
     @staticmethod
@@ -601,24 +620,27 @@ class LLMActor(ScheduledActor):
         labeler = emotion_classifier()
         return text, labeler.label(text) if labeler is not None else "neutral"
 
-    def _writer_failed(self, run: str, held: _Held, event: CueIssued, ctx: Context, reason: str) -> list[Event]:
+    @staticmethod
+    def _writer_failed(state: _RunState, held: _Held, event: CueIssued, ctx: Context, reason: str) -> list[Event]:
         """The writer failed or was interrupted: what was released stays (it is being spoken), the
         rest is dropped with the reason."""
-        if self._held.get(run, {}).get(event.id) is not held:
+        if state.held.get(event.id) is not held:
             return []
-        self._held[run].pop(event.id, None)
+        state.held.pop(event.id, None)
         first = held.pieces[0].seq if held.pieces else len(held.tokens)
         return [UtteranceDropped(
             id=event.derive("failed"), t_ms=ctx.now_ms, utterance=event.id, from_seq=first,
             reason=reason, **_common(event),
         )]
 
-    def _blocked(self, text: str, cue: _Cue) -> bool:
+    @staticmethod
+    def _blocked(text: str, cue: _Cue) -> bool:
         """Whether a written sentence contains a blocked word (the same list as for danmaku)."""
-        show = self._shows.get(cue.event.run)
-        return blocked(text, (*self.settings_of(cue.event.run).blocklist, *(show.blocklist if show is not None else ())))
+        show = cue.state.show
+        return blocked(text, (*cue.settings.blocklist, *(show.blocklist if show is not None else ())))
 
-    def _ended_early(self, run: str, held: _Held, event: CueIssued, seq: int, ctx: Context) -> list[Event]:
+    @staticmethod
+    def _ended_early(held: _Held, event: CueIssued, seq: int, ctx: Context) -> list[Event]:
         """The writer said a sentence was not the last and then ended: the sentence still held
         becomes the last; one already released is followed by the drop of the rest."""
         if held.pieces and held.pieces[-1].seq == seq:
@@ -630,9 +652,10 @@ class LLMActor(ScheduledActor):
             **_common(event),
         )]
 
-    def _release(self, run: str, held: _Held, now_ms: int) -> list[Event]:
+    @staticmethod
+    def _release(state: _RunState, held: _Held, now_ms: int) -> list[Event]:
         """Release text while what is ahead of speech stays within the throttle window."""
-        window = self.windows.get(run, self.throttle.max_tokens)
+        window = state.window
         out: list[Event] = []
         while held.pieces and releasable(held.released - held.spoken, window, held.tokens[held.pieces[0].seq]):
             piece = held.pieces.popleft()
@@ -640,35 +663,33 @@ class LLMActor(ScheduledActor):
             out.append(dataclasses.replace(piece, t_ms=now_ms))
         if not held.pieces and held.completed is not None:
             out.append(dataclasses.replace(held.completed, t_ms=now_ms))
-            self._held.get(run, {}).pop(held.completed.utterance, None)
+            state.held.pop(held.completed.utterance, None)
         return out
 
-    def _progress(self, event: Event, ctx: Context) -> Sequence[Event]:
+    def _progress(self, event: Event, ctx: Context, state: _RunState) -> Sequence[Event]:
         """Speech placed (a sentence's last viseme track), a new window, or a reply cut short."""
         if isinstance(event, ThrottleChanged):
-            self.windows[event.run] = event.window_tokens
-            return [e for held in list(self._held.get(event.run, {}).values())
-                    for e in self._release(event.run, held, ctx.now_ms)]
-        held_runs = self._held.get(event.run, {})
+            state.window = event.window_tokens
+            return [e for held in list(state.held.values()) for e in self._release(state, held, ctx.now_ms)]
         if isinstance(event, UtteranceDropped):
-            held_runs.pop(event.utterance, None)
+            state.held.pop(event.utterance, None)
             return ()
         assert isinstance(event, VisemeTrack)
-        told = self._spoke(event, ctx)
+        told = self._spoke(event, ctx, state)
         if event.chunk_done and event.text:  # a sentence spoken on stage: context for the next replies
-            spoken = self._spoken.setdefault(event.run, deque(maxlen=CONTEXT_LINES))
+            spoken = state.spoken
             if not any(u == event.utterance and t == event.text for u, _, t in spoken):
                 spoken.append((event.utterance, event.role or "", event.text))
-        held = held_runs.get(event.utterance)
+        held = state.held.get(event.utterance)
         if held is None or not event.chunk_done or event.chunk in held.spoken_chunks:
             return tuple(told)
         held.spoken_chunks.add(event.chunk)
         held.spoken += held.tokens.get(event.chunk, 0)
-        return told + self._release(event.run, held, ctx.now_ms)
+        return told + self._release(state, held, ctx.now_ms)
 
-    def _spoke(self, track: VisemeTrack, ctx: Context) -> list[Event]:
+    def _spoke(self, track: VisemeTrack, ctx: Context, state: _RunState) -> list[Event]:
         """Speech placed on stage: a sentence's length (an opener's apart), for the role's pace."""
-        pace = self._pace.get(track.run, {}).get(track.role or "")
+        pace = state.pace.get(track.role or "")
         if pace is None:
             return []
         key = (track.utterance, track.chunk)
@@ -679,7 +700,7 @@ class LLMActor(ScheduledActor):
         with self._urgent_lock:
             opener = track.chunk == 0 and track.utterance in self._opened
         (pace.opener if opener else pace.speech).append(spoken)
-        return self._tell_pace(track, track.role or "", ctx)
+        return self._tell_pace(track, track.role or "", ctx, state)
 
 
 def _later(ctx: Context, since: float) -> Context:

@@ -1,13 +1,15 @@
 """Preview actor: what a browser watching the show needs, kept per run as the events come.
 
-The actor emits nothing.  It keeps, per run, a ``Board``: the danmaku feed with each item's
-outcome (a cue and its role, merged into another, skipped or rejected with the reason) and the
-reply it got as the words are written; the roles with their QoS weights and who holds the
-floor; the resolution; the live outputs; the latency of each answer (danmaku -> the first frame
-showing its speech, by the frame's and the danmaku's JetStream times, as ``troupe inspect``
-measures it); the latest frame; and the speech placed on the show timeline, for the page's
-audio.  Listeners (the preview page's feed and media tracks, in the application layer) are
-called on the event loop as things change; the actor does no I/O.
+The actor emits nothing.  Its state for each run (``open_run``, held by its kernel) is a
+``Board``: the danmaku feed with each item's outcome (a cue and its role, merged into another,
+skipped or rejected with the reason) and the reply it got as the words are written; the roles
+with their QoS weights and who holds the floor; the resolution; the live outputs; the latency
+of each answer (danmaku -> the first frame showing its speech, by the frame's and the danmaku's
+JetStream times, as ``troupe inspect`` measures it); the latest frame; and the speech placed on
+the show timeline, for the page's audio.  Listeners (the preview page's feed and media tracks, in the application layer) are
+called on the event loop as things change; the actor does no I/O.  The page reads the boards
+where the kernel holds them, through ``Boards`` (a run's board shows once the preview was given
+the run's start: a run that started before the preview did is left alone).
 
 It plays playbacks too, so that a run recorded in the store can be watched again.
 """
@@ -17,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import OrderedDict, deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +38,7 @@ from events.role import RoleDeclared, RoleWeightsChanged
 from events.run import RunEnded, RunStarted
 from events.utterance import UtteranceChunk, UtteranceCompleted, UtteranceDropped
 from events.viseme import VisemeCut, VisemeTrack
+from infra.settings import Settings
 
 log = logging.getLogger(__name__)
 FEED_MAX = 200        # danmaku kept per run (oldest forgotten first)
@@ -62,6 +65,8 @@ class Board:
     """One run as the preview page shows it."""
 
     run: RunStarted
+    # The page was told of the run (once, however often its start is redelivered).
+    shown: bool = False
     roles: dict[str, Message] = field(default_factory=dict)
     feed: OrderedDict[str, Message] = field(default_factory=OrderedDict)
     cues: OrderedDict[str, str] = field(default_factory=OrderedDict)  # cue id -> its danmaku (correlation)
@@ -139,22 +144,11 @@ class PreviewActor(Actor):
     observed = False      # a watcher: its lag is not the show's
 
     def __init__(self) -> None:
-        self.boards: dict[str, Board] = {}
         self.listeners: list[Listener] = []
         self.frame_listeners: list[FrameListener] = []
 
-    def holds(self, run: str) -> bool:
-        return run in self.boards
-
-    def release(self, run: str) -> None:
-        self.boards.pop(run, None)
-
-    def board(self, run: str) -> Board | None:
-        return self.boards.get(run)
-
-    def runs(self) -> list[Message]:
-        """The runs on the boards, the newest first."""
-        return sorted((b.summary() for b in self.boards.values()), key=lambda r: -r["started_at_ms"])
+    def open_run(self, run: RunStarted, settings: Settings) -> Board:
+        return Board(run, resolution=run.resolution)
 
     def _tell(self, run: str, message: Message) -> None:
         for listener in list(self.listeners):
@@ -167,13 +161,13 @@ class PreviewActor(Actor):
         self._tell(board.run.run, {"type": "item", "item": item})
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
-        if isinstance(event, RunStarted):
-            if event.run not in self.boards:
-                self.boards[event.run] = Board(event, resolution=event.resolution)
-                self._tell(event.run, {"type": "run", "run": self.boards[event.run].summary()})
+        board: Board | None = ctx.state
+        if board is None:  # a run the kernel does not hold (an input after its end)
             return ()
-        board = self.boards.get(event.run)
-        if board is None:  # a run that started before this preview did
+        if isinstance(event, RunStarted):
+            if not board.shown:  # not a redelivery
+                board.shown = True
+                self._tell(event.run, {"type": "run", "run": board.summary()})
             return ()
         method = _HANDLERS.get(type(event))
         if method is not None:
@@ -333,6 +327,24 @@ class PreviewActor(Actor):
             del board.speech[audio]
         for audio in [a for a, (start, _) in board.placements.items() if start < horizon and a not in board.speech]:
             del board.placements[audio]
+
+
+class Boards:
+    """The preview's boards as the web page reads them, where the preview's kernel holds them
+    (``Kernel.states``: each held run's ``Board``), on the event loop the actor runs on."""
+
+    def __init__(self, states: Mapping[str, Any]) -> None:
+        self._states = states
+
+    def get(self, run: str) -> Board | None:
+        """The run's board, once the preview was given the run's start."""
+        board = self._states.get(run)
+        return board if isinstance(board, Board) and board.shown else None
+
+    def runs(self) -> list[Message]:
+        """The runs on the boards, the newest first."""
+        boards = [b for b in list(self._states.values()) if isinstance(b, Board) and b.shown]
+        return sorted((b.summary() for b in boards), key=lambda r: -r["started_at_ms"])
 
 
 _HANDLERS: dict[type[Event], str] = {  # the method that takes each type in

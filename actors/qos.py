@@ -31,6 +31,7 @@ from events.qos import (
     ThrottleChanged,
 )
 from events.role import RoleWeightsChanged
+from events.run import RunStarted
 from events.show import RESOLUTIONS
 from infra.settings import Settings
 from schedulers.baseline import LatencyBaselines
@@ -44,6 +45,8 @@ QUIET_MS = 2000  # a raised role whose waits stopped being reported this long ag
 
 @dataclass(slots=True)
 class _RunQos:
+    """What the QoS actor keeps for one run (``open_run``)."""
+
     ladder: ResolutionLadder
     baselines: LatencyBaselines
     window_tokens: int
@@ -63,29 +66,17 @@ class QosActor(Actor):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.throttle = ThrottlePolicy()
-        self._runs: dict[str, _RunQos] = {}
 
-    def _state(self, ctx: Context) -> _RunQos:
-        assert ctx.run is not None
-        state = self._runs.get(ctx.run.run)
-        if state is None:
-            state = self._runs[ctx.run.run] = _RunQos(
-                ResolutionLadder(RESOLUTIONS, ctx.run.resolution, LadderPolicy(budget_ms=1000 / ctx.run.fps)),
-                LatencyBaselines(), self.throttle.max_tokens,
-                wait_budget_ms=ctx.settings_over(self.settings).role_wait_budget_ms,
-            )
-        return state
-
-    def holds(self, run: str) -> bool:
-        return run in self._runs
-
-    def release(self, run: str) -> None:
-        self._runs.pop(run, None)
+    def open_run(self, run: RunStarted, settings: Settings) -> _RunQos:
+        return _RunQos(
+            ResolutionLadder(RESOLUTIONS, run.resolution, LadderPolicy(budget_ms=1000 / run.fps)),
+            LatencyBaselines(), self.throttle.max_tokens, wait_budget_ms=settings.role_wait_budget_ms,
+        )
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
-        if ctx.run is None:
+        state: _RunQos | None = ctx.state
+        if state is None:  # a run this process does not hold (an observation after its end)
             return []
-        state = self._state(ctx)
         if isinstance(event, FramesObserved):
             return [*self._ladder(state, event), *self._relax(state, event)]
         if not isinstance(event, QosObserved):

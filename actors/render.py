@@ -75,12 +75,18 @@ class FrameMemo:
                 self._jpegs.popitem(last=False)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)  # weakly referable: a test sees a released show go
 class _Show:
+    """What the renderer keeps for one run (``open_run``): its stage, once drawn, and its clock."""
+
     run: RunStarted
-    renderer: StageDrawer
     roles: tuple[str, ...]
     quality: int
+    spec: Show   # the run's show
+    faces: FaceTimeline
+    # The run's drawer, made as its start is taken in time (``handle``); None: the run is not drawn
+    # (its start not taken yet, or taken too long after it began), and its inputs are ignored.
+    renderer: StageDrawer | None = None
     memo: FrameMemo = field(default_factory=FrameMemo)
     next_frame: int = 0
     # Frames the show has (n < frames): from its planned length, or its end once known.
@@ -94,9 +100,7 @@ class _Show:
     window_cost: list[float] = field(default_factory=list)
     window_skipped: int = 0
     cuts: dict[str, int] = field(default_factory=dict)  # interrupted utterance -> where it stopped
-    faces: FaceTimeline | None = None
     walls: list[tuple[int, str]] = field(default_factory=list)  # (show time, back wall) as segments start
-    spec: Show | None = None   # the run's show
     catch_up: bool = False  # started, or taken over: the frames nobody drew are drawn late, not skipped
     catch_up_to: int | None = None  # started: the last frame caught up (-1: set at the first tick)
 
@@ -118,62 +122,61 @@ class RenderActor(ClockedActor):
         if drawers is None:
             BACKENDS.require_render()
         self.drawers: Drawers = drawers or BACKENDS.stage_drawer
-        self._shows: dict[str, _Show] = {}
-        # Drawers built ahead on another thread (``prepare``), taken by the run's start.
-        self._prepared: dict[str, tuple[StageDrawer, tuple[str, ...], Show]] = {}
 
-    def holds(self, run: str) -> bool:
-        return run in self._shows
+    def open_run(self, run: RunStarted, settings: Settings) -> _Show:
+        """The run's show, not drawn yet: its start, taken in time, makes its drawer (``handle``)."""
+        spec = show_from_dict(run.show)
+        roles = tuple(r.id for r in spec.roles)
+        # A planned length bounds the frames before run.ended arrives: that event is published
+        # at the very show time of the first frame past the end, and often handled after it.
+        planned = frame_count(run.duration_ms, run.fps) if run.duration_ms > 0 else None
+        return _Show(run, roles, settings.jpeg_quality, spec, FaceTimeline(roles, run.seed), frames=planned)
 
-    def release(self, run: str) -> None:
-        self._shows.pop(run, None)  # its drawer, sprite caches, memo, tracks
-        self._prepared.pop(run, None)
-
-    def prepare(self, event: Event) -> None:
+    def prepare(self, event: Event, ctx: Context) -> StageDrawer | None:
         # A run's sprites take a few hundred ms to build, a resolution's too: built here, the
         # frames of the shows on air are drawn meanwhile (shows starting together miss none).
-        if isinstance(event, RunStarted) and event.run not in self._shows and event.run not in self._prepared:
-            self._prepared[event.run] = self._drawer(event)
-        elif isinstance(event, ResolutionChanged) and (show := self._shows.get(event.run)) is not None:
+        show: _Show | None = ctx.state
+        if isinstance(event, RunStarted):
+            # Not a playback (never drawn), nor a show drawn already (its start again).
+            if event.replay_of is None and (show is None or show.renderer is None):
+                return self._drawer(event)
+        elif isinstance(event, ResolutionChanged) and show is not None and show.renderer is not None:
             prebuild = getattr(show.renderer, "prebuild", None)  # a drawer that can build ahead
             if prebuild is not None:
                 prebuild(event.after)
-
-    def active_runs(self) -> Sequence[RunStarted]:
-        return [s.run for s in self._shows.values() if not self._finished(s)]
+        return None
 
     @staticmethod
     def _finished(show: _Show) -> bool:
         return show.frames is not None and show.next_frame >= show.frames
 
-    def resume(self, run: str, last: Event) -> None:
+    def resume(self, state: _Show, last: Event) -> None:
         """Taken over: go on from the frame after the last one stored.  The frames nobody drew
         while the show had no renderer are drawn now, late, a batch at a time, so the video
         and the live output miss none; frames are skipped again once caught up."""
-        show = self._shows.get(run)
-        if show is None or not isinstance(last, FrameRendered):
+        if state.renderer is None or not isinstance(last, FrameRendered):
             return
-        show.next_frame = last.n + 1
-        show.catch_up = True
+        state.next_frame = last.n + 1
+        state.catch_up = True
 
-    def next_tick(self, run: str) -> int | None:
-        show = self._shows.get(run)
-        if show is None or self._finished(show):
+    def next_tick(self, state: _Show) -> int | None:
+        if state.renderer is None or self._finished(state):
             return None
         # Draw a frame a moment after its show time, so visemes placed at that very
         # moment (one NATS hop away) make it into the frame instead of the next one.
-        return frame_time(show.next_frame, show.run.fps) + self.settings.render_delay_ms
+        return frame_time(state.next_frame, state.run.fps) + self.settings.render_delay_ms
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
+        show: _Show | None = ctx.state
         if isinstance(event, RunStarted):
-            prepared = self._prepared.pop(event.run, None)
+            if show is None or show.renderer is not None:  # drawn already: its start again
+                return ()
             if ctx.joinable(self.settings.join_window_s):
-                self._start(event, prepared)
+                self._start(show, ctx.prepared)
             else:  # a run long under way (or long over) when this renderer met it
                 log.warning("not rendering run %s: it started %d s ago", event.run, ctx.now_ms // 1000)
             return ()
-        show = self._shows.get(event.run)
-        if show is None:
+        if show is None or show.renderer is None:  # not held, or not drawn
             return ()
         if isinstance(event, RunEnded):
             ended = frame_count(event.duration_ms, show.run.fps)
@@ -193,43 +196,35 @@ class RenderActor(ClockedActor):
             show.tracks = kept
             show.starts = [t.start_ms for t in kept]
         elif isinstance(event, FaceChanged):
-            assert show.faces is not None
             show.faces.add(event)
         elif isinstance(event, SegmentStarted):
-            assert show.spec is not None
             bisect.insort(show.walls, (event.t_ms, show.spec.background_of(event.title)))
         elif isinstance(event, ResolutionChanged):
             show.resolution = event.after
         return ()
 
-    def _drawer(self, run: RunStarted) -> tuple[StageDrawer, tuple[str, ...], Show]:
-        """A run's drawer with its sprite caches built (a few hundred ms), its roles and its show."""
-        renderer, roles = stage_renderer(run, self.device, self.drawers)
+    def _drawer(self, run: RunStarted) -> StageDrawer:
+        """A run's drawer with its sprite caches built (a few hundred ms)."""
+        renderer, _ = stage_renderer(run, self.device, self.drawers)
         spec = show_from_dict(run.show)
         set_background = getattr(renderer, "set_background", None)
         if set_background is not None:  # every wall built now, not when its segment starts; the show's last
             for wall in (*spec.backgrounds[1:], spec.background):
                 set_background(wall)
-        return renderer, roles, spec
+        return renderer
 
-    def _start(self, run: RunStarted, prepared: tuple[StageDrawer, tuple[str, ...], Show] | None = None) -> None:
-        if run.run in self._shows:
-            return
-        renderer, roles, spec = prepared or self._drawer(run)  # built here when not ahead (a takeover)
-        quality = run_settings(self.settings, run.config).jpeg_quality
-        # A planned length bounds the frames before run.ended arrives: that event is published
-        # at the very show time of the first frame past the end, and often handled after it.
-        planned = frame_count(run.duration_ms, run.fps) if run.duration_ms > 0 else None
-        # A show's video begins at its first frame: frames due before this renderer was ready for
-        # it (shows starting together) are drawn late, not skipped, as after a takeover; only
-        # those (``catch_up_to``, set at the first tick): a renderer slower than the clock skips.
-        self._shows[run.run] = _Show(run, renderer, roles, quality, frames=planned, faces=FaceTimeline(roles, run.seed),
-                                     spec=spec, catch_up=True, catch_up_to=-1)
+    def _start(self, show: _Show, prepared: StageDrawer | None = None) -> None:
+        """Draw the show: its drawer (built here when not ahead: a takeover), from its first frame.
+        A show's video begins at its first frame: frames due before this renderer was ready for
+        it (shows starting together) are drawn late, not skipped, as after a takeover; only those
+        (``catch_up_to``, set at the first tick): a renderer slower than the clock skips."""
+        show.renderer = prepared or self._drawer(show.run)
+        show.catch_up, show.catch_up_to = True, -1
 
     def tick(self, ctx: Context) -> Sequence[Event]:
-        assert ctx.run is not None
-        show = self._shows[ctx.run.run]
-        if self._finished(show):  # the end became known after this tick was scheduled
+        show: _Show | None = ctx.state
+        # Not held or not drawn (no tick asked for), or the end became known after this tick was scheduled.
+        if show is None or (renderer := show.renderer) is None or self._finished(show):
             return ()
         due = (ctx.now_ms - self.settings.render_delay_ms) * show.run.fps // 1000
         if show.frames is not None:
@@ -250,16 +245,16 @@ class RenderActor(ClockedActor):
             first, count = show.next_frame, due - show.next_frame + 1
         show.next_frame += count
         began = time.perf_counter()
-        frames = self._frames(show, range(first, first + count), ctx.now_ms)
+        frames = self._frames(show, renderer, range(first, first + count), ctx.now_ms)
         cost_ms = (time.perf_counter() - began) * 1000 / count
         out: list[Event] = []
         for frame in frames:
             show.window_cost.append(cost_ms)
             show.window_late.append(frame.late_ms)
             out.append(frame)
-            if len(show.window_late) + show.window_skipped >= ctx.run.fps:  # one second of frames
+            if len(show.window_late) + show.window_skipped >= show.run.fps:  # one second of frames
                 out.append(self._observed(show, frame))
-                gpu = show.renderer.memory_fraction()
+                gpu = renderer.memory_fraction()
                 if gpu is not None:
                     out.append(QosObserved(
                         id=derive_id(show.run.id, f"gpu{frame.n}"), run=show.run.run,
@@ -283,18 +278,18 @@ class RenderActor(ClockedActor):
         show.window_skipped = 0
         return obs
 
-    def slow_ms(self, show: _Show) -> float:
+    def slow_ms(self, run: RunStarted, renderer: StageDrawer) -> float:
         """The injected extra cost of a frame: ``slow_render_ms`` at the run's resolution, scaled by
         the pixels of the current one (a real renderer gets cheaper as the picture shrinks)."""
         if self.slow_render_ms <= 0:
             return 0.0
-        w0, h0 = RESOLUTIONS[show.run.resolution]
-        w, h = show.renderer.size
+        w0, h0 = RESOLUTIONS[run.resolution]
+        w, h = renderer.size
         return self.slow_render_ms * (w * h) / (w0 * h0)
 
-    def _frames(self, show: _Show, numbers: Sequence[int], now_ms: int) -> list[FrameRendered]:
+    def _frames(self, show: _Show, renderer: StageDrawer, numbers: Sequence[int], now_ms: int) -> list[FrameRendered]:
         if show.resolution is not None:  # a clean boundary: between two ticks
-            show.renderer.set_resolution(show.resolution)
+            renderer.set_resolution(show.resolution)
             show.resolution = None
         times = [frame_time(n, show.run.fps) for n in numbers]
         self._forget_before(show, times[0] - SUBTITLE_HOLD_MS)
@@ -302,14 +297,13 @@ class RenderActor(ClockedActor):
         for n, t in zip(numbers, times, strict=True):
             i = bisect.bisect_right(show.starts, t) - 1
             jobs.append((n, show.tracks[i] if i >= 0 else None))
-        assert show.spec is not None
         wall = wall_at(show.walls, times[0], show.spec.background)
-        set_background = getattr(show.renderer, "set_background", None)
+        set_background = getattr(renderer, "set_background", None)
         if set_background is not None:
             set_background(wall)
-        slow_ms = self.slow_ms(show)
+        slow_ms = self.slow_ms(show.run, renderer)
         return draw_frames(
-            show.renderer, show.run, show.roles, jobs, show.quality,
+            renderer, show.run, show.roles, jobs, show.quality,
             late_ms=[float(max(0, now_ms - t - self.settings.render_delay_ms)) for t in times],
             # fault injection: a slower renderer
             before_encode=(lambda: time.sleep(slow_ms / 1000)) if slow_ms > 0 else None, memo=show.memo,
@@ -322,8 +316,7 @@ class RenderActor(ClockedActor):
             del show.walls[0]
 
     def _forget_before(self, show: _Show, t: int) -> None:
-        if show.faces is not None:
-            show.faces.forget_before(t)
+        show.faces.forget_before(t)
         self._walls_before(show, t)
         keep = 0
         while keep < len(show.tracks) - 1 and show.tracks[keep].end_ms < t:

@@ -69,10 +69,14 @@ class _Placed:
 
 @dataclass(slots=True)
 class _Mux:
+    """What the sink keeps for one run (``open_run``): the file it writes and the media waiting for it."""
+
     run: RunStarted
-    writer: Mp4Writer | None  # None: taken over, the video opens at the first frame given
     path: Path
     fps: int
+    writer: Mp4Writer | None = None  # opened by the run's start; taken over, at the first frame given
+    joined: bool = False    # the run's start was taken in time: its media is written (else ignored)
+    resuming: bool = False  # taken over: the video opens at the first frame given
     frames_written: int = 0
     last_frame: bytes | None = None
     pending_frames: dict[int, bytes] = field(default_factory=dict)
@@ -92,6 +96,7 @@ class _Mux:
     reported: int = 0  # output events emitted (their ids count)
     resumed_at: int | None = None  # taken over: the first frame this sink wrote (in its events' ids)
     closing: list[Event] = field(default_factory=list)  # the outputs' last events, once finished
+    finished: Path | None = None  # the file, once finished
 
 
 class SinkActor(ClockedActor):
@@ -108,23 +113,35 @@ class SinkActor(ClockedActor):
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.nice = settings.sink_nice
-        self._muxes: dict[str, _Mux] = {}
-        self.finished: dict[str, Path] = {}
-        self._resuming: set[str] = set()  # runs taken over: their video opens at the first frame given
 
-    def taking_over(self, run: str) -> None:
-        self._resuming.add(run)
+    def open_run(self, run: RunStarted, settings: Settings) -> _Mux:
+        """Nothing is opened yet: the run's start opens the file (taken over: its first frame)."""
+        return _Mux(run, Path(self.settings.out_dir) / f"{run.run}.mp4", run.fps)
+
+    def close_run(self, state: _Mux) -> None:
+        """A video still open (a run that never ended) is finished with what it has."""
+        if not state.closed:
+            self._finish(state, 0)
+
+    def taking_over(self, state: _Mux) -> None:
+        state.resuming = True
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
+        mux: _Mux | None = ctx.state
+        if mux is None:  # a run the kernel does not hold
+            return ()
         if isinstance(event, RunStarted):
+            if mux.joined:  # a redelivery
+                return ()
             if ctx.joinable(self.settings.join_window_s):
-                self._open(event)
+                mux.joined = True
+                if not mux.resuming:
+                    self._start_video(mux, mux.path)
             else:  # a run long under way (or long over): its start cannot be recorded any more
                 log.warning("not writing run %s: it started %d s ago", event.run, ctx.now_ms // 1000)
             return ()
-        mux = self._muxes.get(event.run)
-        if mux is None or mux.closed:
-            return self._reports(mux, ctx.now_ms) if mux is not None else ()
+        if not mux.joined or mux.closed:
+            return self._reports(mux, ctx.now_ms)
         if isinstance(event, FrameRendered):
             mux.pending_frames[event.n] = event.jpeg
             self._write_frames(mux)
@@ -137,26 +154,24 @@ class SinkActor(ClockedActor):
         elif isinstance(event, RunEnded):
             mux.end_ms = event.duration_ms
         self._advance(mux, ctx.now_ms)
-        self._maybe_finish(event.run, mux, ctx.now_ms)
+        self._maybe_finish(mux, ctx.now_ms)
         return self._reports(mux, ctx.now_ms)
 
     # A run whose audio waits for a chunk is clocked: when the wait runs out, the place is
     # written as silence (and the file finished) even if no other event comes.
-    def active_runs(self) -> Sequence[RunStarted]:
-        return [m.run for m in self._muxes.values() if not m.closed and m.hold_since_ms is not None]
-
-    def next_tick(self, run: str) -> int | None:
-        mux = self._muxes.get(run)
-        if mux is None or mux.closed or mux.hold_since_ms is None:
+    def next_tick(self, state: _Mux) -> int | None:
+        if state.closed or state.hold_since_ms is None:
             return None
-        return mux.hold_since_ms + AUDIO_WAIT_MS
+        return state.hold_since_ms + AUDIO_WAIT_MS
 
     def tick(self, ctx: Context) -> Sequence[Event]:
-        mux = self._muxes.get(ctx.run_id)
-        if mux is not None and not mux.closed:
+        mux: _Mux | None = ctx.state
+        if mux is None:
+            return ()
+        if mux.joined and not mux.closed:
             self._advance(mux, ctx.now_ms)
-            self._maybe_finish(ctx.run_id, mux, ctx.now_ms)
-        return self._reports(mux, ctx.now_ms) if mux is not None else ()
+            self._maybe_finish(mux, ctx.now_ms)
+        return self._reports(mux, ctx.now_ms)
 
     def _reports(self, mux: _Mux, now_ms: int) -> list[Event]:
         """The live outputs' connections and drops since the last call, and their ends."""
@@ -179,14 +194,6 @@ class SinkActor(ClockedActor):
         if status.kind == "connected":
             return OutputConnected(attempt=status.attempt, **common)
         return OutputDropped(reason=status.reason, retry_in_ms=status.retry_in_ms, **common)
-
-    def _open(self, run: RunStarted) -> None:
-        if run.run in self._muxes:
-            return
-        path = Path(self.settings.out_dir) / f"{run.run}.mp4"
-        mux = self._muxes[run.run] = _Mux(run, None, path, run.fps)
-        if run.run not in self._resuming:
-            self._start_video(mux, path)
 
     def _start_video(self, mux: _Mux, path: Path) -> None:
         """Open the video file and the live outputs, which get the same packets."""
@@ -375,16 +382,16 @@ class SinkActor(ClockedActor):
         mux.writer.write_audio(np.clip(block, -32768, 32767).astype("<i2").tobytes())
         mux.samples_written = until
 
-    def _maybe_finish(self, run: str, mux: _Mux, now_ms: int) -> None:
+    def _maybe_finish(self, mux: _Mux, now_ms: int) -> None:
         if self._video_done(mux) and mux.hold_since_ms is None:
-            self._finish(run, mux, now_ms)
+            self._finish(mux, now_ms)
 
-    def _finish(self, run: str, mux: _Mux, now_ms: int) -> None:
+    def _finish(self, mux: _Mux, now_ms: int) -> None:
         if mux.closed:
             return
-        if mux.writer is None:  # taken over and closed before a frame came: no video
+        run = mux.run.run
+        if mux.writer is None:  # not joined, or taken over and closed before a frame came: no video
             mux.closed = True
-            self._resuming.discard(run)
             return
         if mux.end_ms is not None and mux.last_frame is not None:
             while mux.frames_written < frame_count(mux.end_ms, mux.fps):
@@ -394,13 +401,12 @@ class SinkActor(ClockedActor):
             mux.end_ms = mux.frames_written * 1000 // mux.fps
         self._advance(mux, now_ms, final=True)
         mux.writer.close()
-        self._resuming.discard(run)
         mux.closed = True
         for output in mux.outputs:
             output.close()
             mux.closing += [self._event(mux, output, status, now_ms) for status in output.statuses()]
             mux.closing.append(self._event(mux, output, None, now_ms))
-        self.finished[run] = mux.path
+        mux.finished = mux.path
         if mux.silenced:
             log.warning("run %s: %d audio chunks arrived too late for the mux; their places are silent",
                         run, mux.silenced)
@@ -412,23 +418,6 @@ class SinkActor(ClockedActor):
         mux.utterances.clear()
         mux.spent.clear()
         mux.last_frame = None
-
-    def holds(self, run: str) -> bool:
-        return run in self._muxes or run in self.finished
-
-    def release(self, run: str) -> None:
-        """Forget a run; a video still open (a run that never ended) is finished with what it has."""
-        mux = self._muxes.pop(run, None)
-        if mux is not None and not mux.closed:
-            self._finish(run, mux, 0)
-        self.finished.pop(run, None)
-
-    def close(self) -> None:
-        for run, mux in self._muxes.items():
-            try:
-                self._finish(run, mux, 0)
-            except Exception:  # noqa: BLE001 - one bad file must not stop the others closing
-                log.exception("closing the video of %s failed", run)
 
 
 def _samples(ms: int) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from actors.backends.protocols import Speaker, Speech, Voice
 from actors.backends.registry import BACKENDS, Backends, UnknownBackendError
@@ -15,6 +16,7 @@ from actors.base import Context, Handled, HandlerError, ScheduledActor, Work
 from events.audio import MAX_CHUNK_MS, AudioChunk, PhonemeMark
 from events.base import Event
 from events.role import RoleWeightsChanged
+from events.run import RunStarted
 from events.show import Show, show_from_dict
 from events.utterance import UtteranceChunk, UtteranceDropped
 from infra.settings import Settings
@@ -46,6 +48,14 @@ def slice_speech(speech: Speech, max_ms: int = MAX_CHUNK_MS) -> list[tuple[int, 
     return slices
 
 
+@dataclass(slots=True)
+class _Voices:
+    """What the tts actor keeps for one run (``open_run``)."""
+
+    show: Show
+    factors: dict[str, float] = field(default_factory=dict)  # role -> QoS weight factor
+
+
 class TTSActor(ScheduledActor):
     """Utterance chunks in, audio chunks with phoneme timings out; chunks wait in the
     role-priority scheduler and a batch holds one role's (one voice's) sentences."""
@@ -60,13 +70,14 @@ class TTSActor(ScheduledActor):
         self.backends = backends
         self.speaker = speaker if speaker is not None else backends.speaker(settings.tts_backend)
         self._speakers: dict[str, Speaker] = {settings.tts_backend: self.speaker}  # by backend name
-        self._shows: dict[str, Show] = {}
-        self.factors: dict[str, dict[str, float]] = {}  # run -> role -> QoS weight factor
+
+    def open_run(self, run: RunStarted, settings: Settings) -> _Voices:
+        return _Voices(show_from_dict(run.show))
 
     def work(self, event: Event, ctx: Context) -> Work | None:
         if not isinstance(event, UtteranceChunk):
             return None
-        factor = self.factors.get(event.run, {}).get(event.role or "", 1.0)
+        factor = ctx.state.factors.get(event.role or "", 1.0) if ctx.state is not None else 1.0
         # The deadline is for the reply's speech to start: later sentences follow the first.
         return Work(event.role or "", tokens=tokens_of(event.text), weight=event.priority * factor,
                     deadline_ms=event.deadline_ms if event.seq == 0 else 0, batch_key=event.language)
@@ -79,20 +90,12 @@ class TTSActor(ScheduledActor):
             reason=f"deadline passed {ctx.now_ms - event.deadline_ms} ms ago before it was spoken",
         )]
 
-    def holds(self, run: str) -> bool:
-        return run in self._shows or run in self.factors
-
-    def release(self, run: str) -> None:
-        self._shows.pop(run, None)
-        self.factors.pop(run, None)
-
     def _voice(self, ctx: Context, role_id: str | None, language: str) -> tuple[Speaker, Voice]:
         """The speaker and voice of a role (the settings' speaker and a plain voice for a role
         the show does not have)."""
         assert ctx.run is not None
-        show = self._shows.get(ctx.run.run)
-        if show is None:
-            show = self._shows[ctx.run.run] = show_from_dict(ctx.run.show)
+        # The run's show (read again for an input of a run not held: one come after the run's end).
+        show = ctx.state.show if ctx.state is not None else show_from_dict(ctx.run.show)
         role = show.role(role_id or "")
         if role is None:
             return self.speaker, Voice(language)
@@ -115,7 +118,8 @@ class TTSActor(ScheduledActor):
 
     def handle(self, event: Event, ctx: Context) -> Handled:
         if isinstance(event, RoleWeightsChanged):
-            self.factors[event.run] = dict(event.weights)
+            if ctx.state is not None:
+                ctx.state.factors = dict(event.weights)
             return ()
         if not isinstance(event, UtteranceChunk):
             return ()

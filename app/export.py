@@ -94,11 +94,14 @@ def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int
                         yield 0, frame
             yield 0, RunEnded(id=f"{run}-export-end", run=run, reason="export", duration_ms=duration_ms)
 
-        for _, outputs in replay(Kernel(sink), start, inputs()):  # the sink's reports: not published
+        kernel: Kernel[Event] = Kernel(sink)
+        for _, outputs in replay(kernel, start, inputs()):  # the sink's reports: not published
             for _ in outputs:
                 pass
+        mux = kernel.state(run)
+        kernel.release(run)  # the file is finished (the audio it still waits for, silent)
         sink.close()
-        written = sink.finished.get(run)
+        written = mux.finished if mux is not None else None
         if written is None or not written.exists():
             raise StoreError(f"the video of run {run!r} was not written")
         os.replace(written, out)

@@ -1,7 +1,8 @@
 """The preview page: the show watched and steered in a browser.
 
 Served by ``troupe up --preview`` and ``troupe actor preview`` beside the danmaku endpoint
-(``app.web``), from the preview actor's boards (``actors.preview``):
+(``app.web``), from the preview actor's boards, read where its kernel holds them
+(``actors.preview.Boards``), and what its listeners are told:
 
 - ``GET /``: the page (its script, style and CJK font are served from here too: no CDN);
 - ``GET /api/runs``: the runs on the boards, and the runs recorded in the store;
@@ -35,7 +36,7 @@ from aiohttp import web
 from sqlalchemy.exc import SQLAlchemyError
 
 from actors.backends.stage_art import packaged_cjk_font
-from actors.preview import Message, PreviewActor
+from actors.preview import Boards, Message, PreviewActor
 from app.publish import RunError, send
 from app.web import WebServer
 from app.web import json_response as _json
@@ -59,13 +60,15 @@ def _page_file(name: str) -> bytes:
 class PreviewPage:
     """The page's routes on a ``WebServer``."""
 
-    def __init__(self, server: WebServer, preview: PreviewActor, engine: Callable[[], Engine] | None) -> None:
+    def __init__(self, server: WebServer, preview: PreviewActor, boards: Boards,
+                 engine: Callable[[], Engine] | None) -> None:
         from app.webrtc import Peers  # aiortc: imported only where a page is served
 
         self.server = server
         self.preview = preview
+        self.boards = boards
         self.engine = engine
-        self.peers = Peers(preview)
+        self.peers = Peers(preview, boards)
         self._feeds: set[asyncio.Queue[Message | None]] = set()
         self._plays: set[asyncio.Task[float]] = set()
         preview.listeners.append(self._broadcast)
@@ -114,7 +117,7 @@ class PreviewPage:
                 recorded = [{"run": i.id, "started_at_ms": i.started_at_ms, "duration_ms": i.duration_ms,
                              "status": i.status, "roles": list(i.roles), "replay_of": i.replay_of}
                             for i in infos]
-        return _json({"live": self.preview.runs(), "recorded": recorded, "token": bool(self.server.settings.preview_token)})
+        return _json({"live": self.boards.runs(), "recorded": recorded, "token": bool(self.server.settings.preview_token)})
 
     def _broadcast(self, run: str, message: Message) -> None:
         for queue in list(self._feeds):
@@ -134,7 +137,7 @@ class PreviewPage:
         queue.run = run  # type: ignore[attr-defined]
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
-        board = self.preview.board(run)
+        board = self.boards.get(run)
         first = board.state() if board is not None else {"type": "waiting", "run": run}
         self._feeds.add(queue)
         try:

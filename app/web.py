@@ -24,7 +24,7 @@ import orjson
 from aiohttp import web
 from nats.aio.client import Client
 
-from actors.preview import PreviewActor
+from actors.preview import Boards, PreviewActor
 from app.publish import RunEndedError, UnknownRunError, danmaku_from, send
 from events.errors import DecodeError
 from events.subjects import is_token
@@ -52,9 +52,10 @@ def _error(status: int, message: str, **more: Any) -> web.Response:
 
 class WebServer:
     """``troupe serve``: the HTTP endpoint on ``http_host:http_port``, talking to NATS through ``nc``;
-    with a preview actor, the preview page as well (``app.preview``)."""
+    with the preview actor's runtime, the preview page as well (``app.preview``): its listeners
+    tell the page what changes, and its kernel holds the runs' boards."""
 
-    def __init__(self, nc: Client, settings: Settings, preview: PreviewActor | None = None,
+    def __init__(self, nc: Client, settings: Settings, preview: ActorRuntime | None = None,
                  engine: Callable[[], Engine] | None = None) -> None:
         self.nc = nc
         self.settings = settings
@@ -69,7 +70,8 @@ class WebServer:
                 PreviewPage,  # aiortc, the page's files: only where a page is served
             )
 
-            self.page = PreviewPage(self, preview, engine)
+            assert isinstance(preview.actor, PreviewActor)
+            self.page = PreviewPage(self, preview.actor, Boards(preview.kernel.states), engine)
 
     async def start(self) -> int:
         """Serve; returns the port (``http_port`` 0: a free one)."""
@@ -148,7 +150,7 @@ async def preview_server(stage: Stage, runtime: ActorRuntime | None = None) -> W
     if runtime is None:
         [runtime] = await stage.start_actors(["preview"])
     assert isinstance(runtime.actor, PreviewActor) and stage.nc is not None
-    server = WebServer(stage.nc, stage.settings, preview=runtime.actor, engine=lambda: stage.engine)
+    server = WebServer(stage.nc, stage.settings, preview=runtime, engine=lambda: stage.engine)
     try:
         await server.start()
     except OSError:

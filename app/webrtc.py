@@ -22,7 +22,7 @@ import av
 import numpy as np
 from aiortc import MediaStreamTrack, RTCConfiguration, RTCPeerConnection, RTCSessionDescription
 
-from actors.preview import PreviewActor
+from actors.preview import Boards, PreviewActor
 from actors.sink import SAMPLE_RATE
 from events.frame import FrameRendered
 
@@ -69,7 +69,7 @@ class StageVideo(MediaStreamTrack):
 
     kind = "video"
 
-    def __init__(self, preview: PreviewActor, run: str) -> None:
+    def __init__(self, preview: PreviewActor, boards: Boards, run: str) -> None:
         super().__init__()
         self.preview = preview
         self.run = run
@@ -79,7 +79,7 @@ class StageVideo(MediaStreamTrack):
         self._last: av.VideoFrame | None = None
         self._decoder = av.CodecContext.create("mjpeg", "r")
         self._t0: float | None = None
-        board = preview.board(run)
+        board = boards.get(run)
         if board is not None and board.frame is not None:
             self._newest = board.frame
             self._fresh.set()
@@ -131,16 +131,16 @@ class StageAudio(MediaStreamTrack):
 
     kind = "audio"
 
-    def __init__(self, preview: PreviewActor, run: str) -> None:
+    def __init__(self, boards: Boards, run: str) -> None:
         super().__init__()
-        self.preview = preview
+        self.boards = boards
         self.run = run
         self._t0: float | None = None
         self._sent = 0  # samples sent
         self._start = 0  # the show-time sample the track began at
 
     def _show_sample(self, wall_s: float) -> int:
-        board = self.preview.board(self.run)
+        board = self.boards.get(self.run)
         if board is None:
             return 0
         show_ms = wall_s * 1000 - board.run.started_at_ms - AUDIO_DELAY_MS
@@ -155,7 +155,7 @@ class StageAudio(MediaStreamTrack):
         delay = due - time.time()
         if delay > 0:
             await asyncio.sleep(delay)
-        board = self.preview.board(self.run)
+        board = self.boards.get(self.run)
         pcm = board.audio(self._start + self._sent, count) if board is not None else np.zeros(count, np.int16)
         frame = av.AudioFrame.from_ndarray(pcm.reshape(1, -1), format="s16", layout="mono")
         frame.sample_rate = SAMPLE_RATE
@@ -168,8 +168,9 @@ class StageAudio(MediaStreamTrack):
 class Peers:
     """The browsers watching, one peer connection each."""
 
-    def __init__(self, preview: PreviewActor) -> None:
+    def __init__(self, preview: PreviewActor, boards: Boards) -> None:
         self.preview = preview
+        self.boards = boards
         self._peers: set[RTCPeerConnection] = set()
 
     async def answer(self, run: str, offer: dict[str, Any]) -> dict[str, str]:
@@ -182,8 +183,8 @@ class Peers:
             if pc.connectionState in ("failed", "closed"):
                 await self._close(pc)
 
-        pc.addTrack(StageVideo(self.preview, run))
-        pc.addTrack(StageAudio(self.preview, run))
+        pc.addTrack(StageVideo(self.preview, self.boards, run))
+        pc.addTrack(StageAudio(self.boards, run))
         try:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=offer["sdp"], type=offer["type"]))
             await pc.setLocalDescription(await pc.createAnswer())

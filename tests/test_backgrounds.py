@@ -11,13 +11,14 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from actors.kernel import ListFeed
 from actors.render import Redrawer, RenderActor
 from app.shows import load_show
 from events.cue import SegmentStarted
 from events.frame import FrameRendered
 from events.show import ShowError, show_from_toml
 from infra.settings import load_settings
-from tests.showkit import ctx, demo_run
+from tests.showkit import demo_run
 
 SHOW = """
 background = "{show}"
@@ -58,15 +59,14 @@ def test_frames_change_wall_when_their_segment_starts_and_redraws_match(tmp_path
     file.write_text(SHOW.format(show="#203040", segment="night.png"))
     show = load_show(file)
     run = dataclasses.replace(demo_run("r1", resolution="360p"), show=show.to_dict(), duration_ms=1200)
-    render = RenderActor(load_settings(environ={}, out_dir=tmp_path))
-    render.handle(run, ctx(0, run))
+    feed = ListFeed(RenderActor(load_settings(environ={}, out_dir=tmp_path)), run)
+    feed.handle(run, at_ms=0)
     night = SegmentStarted(id="s1", run="r1", t_ms=600, title="Night", index=1, planned_ms=600, length_ms=10_000,
                            reason="operator")
-    render.handle(night, ctx(600, run))
-    frames: list[FrameRendered] = []
-    while (due := render.next_tick("r1")) is not None:
-        frames += [e for e in render.tick(ctx(due, run)) if isinstance(e, FrameRendered)]
-    assert len(frames) == 30
+    frames = [e for e in feed.advance(600) if isinstance(e, FrameRendered)]  # the clock, to the segment's start
+    feed.handle(night, at_ms=600)
+    frames += [e for e in feed.advance(60_000) if isinstance(e, FrameRendered)]  # and on to the show's end
+    assert len(frames) == 30 and feed.kernel.next_tick() is None
     assert {f.background for f in frames if f.t_ms < 600} == {"#203040"}
     assert {f.background for f in frames if f.t_ms >= 600} == {show.background_of("Night")}
     first, last = (np.asarray(Image.open(io.BytesIO(f.jpeg))) for f in (frames[0], frames[-1]))

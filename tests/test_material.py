@@ -23,7 +23,7 @@ from events.run import RunStarted
 from events.show import ShowError, show_from_dict, show_from_toml
 from events.utterance import UtteranceCompleted, UtteranceDropped
 from infra.settings import load_settings
-from tests.showkit import ctx, demo_run
+from tests.showkit import demo_run
 
 BARE = """
 [[roles]]
@@ -116,9 +116,10 @@ def test_every_reply_says_where_its_words_came_from() -> None:
     chat = CueIssued(id="cue1", run="r1", role="host", correlation="d1", seq=2, user="ann",
                      text="what game are we playing tonight", danmaku=("d1",), routed_by="mention", priority=2.0)
     line = dataclasses.replace(brief, id="own2", role="host", verbatim=True, text="Hello!", reason="line")
+    feed = ListFeed(llm, run)
     done = {}
     for cue in (brief, chat, line):
-        for e in llm.handle(cue, ctx(100, run)):
+        for e in feed.handle(cue, at_ms=100):
             if isinstance(e, UtteranceCompleted):
                 done[e.utterance] = e
     zh_points = [p for p in segment.points if any("\u4e00" <= ch <= "\u9fff" for ch in p)]

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 from actors.backends.protocols import Persona, Prompt
 from actors.director import Director
+from actors.kernel import ListFeed
 from actors.llm import LLMActor
 from events.cue import CueIssued, StagePaced
 from events.danmaku import DanmakuReceived, RolePaceMeasured
@@ -16,7 +17,7 @@ from events.viseme import VisemeTrack
 from infra.settings import load_settings
 from schedulers.pace import Pace, max_sentences, paced
 from schedulers.stage import StagePolicy
-from tests.showkit import ctx, demo_run
+from tests.showkit import demo_run
 
 RUN = demo_run("r1")
 
@@ -41,15 +42,15 @@ def pace(role: str, first: int, write: int = 0, speech: int = 0, n: int = 1) -> 
 
 
 def test_the_director_plans_from_a_measured_pace_and_says_why() -> None:
-    director = Director(load_settings(environ={}, self_driven="off"))
-    director.handle(RUN, ctx(0, RUN))
-    [told] = director.handle(pace("rex", 1900, 1400, 2000), ctx(1000, RUN))
+    director = ListFeed(Director(load_settings(environ={}, self_driven="off")), RUN)
+    director.handle(RUN, at_ms=0)
+    [told] = director.handle(pace("rex", 1900, 1400, 2000), at_ms=1000)
     assert isinstance(told, StagePaced) and told.causation == "p1" and told.heard_ms == 1000
     assert (told.lead_ms, told.sentence_ms, told.max_sentences["rex"]) == (2100, 2000, 2)
     assert "first sentence up to 1900 ms (rex)" in told.reason
-    assert director.handle(pace("rex", 1900, 1400, 2000, n=2), ctx(1500, RUN)) == []  # nothing changed
+    assert director.handle(pace("rex", 1900, 1400, 2000, n=2), at_ms=1500) == []  # nothing changed
     [cue] = [e for e in director.handle(DanmakuReceived(id="d1", run="r1", user="ann", text="@rex which gpu?"),
-                                        ctx(2000, RUN)) if isinstance(e, CueIssued)]
+                                        at_ms=2000) if isinstance(e, CueIssued)]
     assert cue.role == "rex" and cue.max_sentences == 2  # rex's writer is slow: a shorter reply
 
 
@@ -72,12 +73,12 @@ class Steady:
 
 
 def test_the_llm_actor_measures_its_writer_and_the_voice_and_tells_when_it_moves() -> None:
-    llm = LLMActor(load_settings(environ={}), writer=Steady())  # type: ignore[arg-type]
-    llm.handle(ThrottleChanged(id="t", run="r1", window_tokens=400, reason="test"), ctx(0, RUN))
+    llm = ListFeed(LLMActor(load_settings(environ={}), writer=Steady()), RUN)  # type: ignore[arg-type]
+    llm.handle(ThrottleChanged(id="t", run="r1", window_tokens=400, reason="test"), at_ms=0)
     cue = CueIssued(id="c1", run="r1", role="host", correlation="d1", seq=1, user="ann", text="hi there",
                     danmaku=("d1",), routed_by="mention", priority=2.0, max_sentences=3, opener="Oh, hi ann!")
-    llm.noticed(cue)  # as the runtime does when it arrives: its chunk 0 (the director's) is an opener
-    out = list(llm.handle(cue, ctx(100, RUN)))
+    # Noticed by the kernel as it arrives, as the runtime does: its chunk 0 (the director's) is an opener.
+    out = llm.handle(cue, at_ms=100)
     [told] = [e for e in out if isinstance(e, RolePaceMeasured)]
     assert told.role == "host" and told.backend == "steady" and told.replies == 1
     assert 100 <= told.first_sentence_ms < 2000 and 40 <= told.sentence_write_ms < 1000  # wall clock, loaded machine
@@ -89,7 +90,7 @@ def test_the_llm_actor_measures_its_writer_and_the_voice_and_tells_when_it_moves
         spoken += llm.handle(VisemeTrack(id=f"v{seq}", run="r1", role="host", utterance="c1", audio="a",
                                          seq=seq, start_ms=0, end_ms=1800 if seq else 700,
                                          text=text, visemes=(), chunk=seq, chunk_done=True),
-                             ctx(200, RUN))
+                             at_ms=200)
     paces = [e for e in spoken if isinstance(e, RolePaceMeasured)]
     assert paces and paces[-1].opener_ms == 700 and paces[-1].speech_ms == 1800  # chunk 0 was the opener
 
@@ -97,22 +98,23 @@ def test_the_llm_actor_measures_its_writer_and_the_voice_and_tells_when_it_moves
 def test_a_reply_asked_early_is_dropped_when_its_viewer_writes_again_before_it_is_spoken() -> None:
     from events.utterance import UtteranceDropped
 
-    director = Director(load_settings(environ={}, self_driven="off"))
-    director.handle(RUN, ctx(0, RUN))
-    director.handle(pace("rex", 2500, 300, 2000), ctx(0, RUN))  # a slow start: replies asked 2.7 s ahead
+    actor = Director(load_settings(environ={}, self_driven="off"))
+    director = ListFeed(actor, RUN)
+    director.handle(RUN, at_ms=0)
+    director.handle(pace("rex", 2500, 300, 2000), at_ms=0)  # a slow start: replies asked 2.7 s ahead
     [first] = [e for e in director.handle(DanmakuReceived(id="d1", run="r1", user="ann", text="@rex hi"),
-                                          ctx(100, RUN)) if isinstance(e, CueIssued)]
+                                          at_ms=100) if isinstance(e, CueIssued)]
     assert not [e for e in director.handle(DanmakuReceived(id="d2", run="r1", user="bob", text="@rex which gpu?"),
-                                           ctx(200, RUN)) if isinstance(e, CueIssued)]  # the floor is busy
-    due = director.next_tick("r1")
+                                           at_ms=200) if isinstance(e, CueIssued)]  # the floor is busy
+    due = actor.next_tick(director.state())  # the director's clock for the run
     assert due is not None and due < first.t_ms + 8000
-    [second] = [e for e in director.tick(ctx(due, RUN)) if isinstance(e, CueIssued)]  # asked early: 2.7 s ahead
+    [second] = [e for e in director.tick(at_ms=due) if isinstance(e, CueIssued)]  # asked early: 2.7 s ahead
     out = director.handle(DanmakuReceived(id="d3", run="r1", user="bob", text="@rex actually, which cpu?"),
-                          ctx(due + 100, RUN))
+                          at_ms=due + 100)
     [dropped] = [e for e in out if isinstance(e, UtteranceDropped)]
     assert dropped.utterance == second.id and dropped.reason.startswith("superseded: bob wrote again")
     assert dropped.from_seq == 0 and first.id != second.id
     # ann's reply starts now: a newer comment of hers waits instead of cutting it
     out = director.handle(DanmakuReceived(id="d4", run="r1", user="ann", text="@rex and another thing"),
-                          ctx(due + 200, RUN))
+                          at_ms=due + 200)
     assert not any(isinstance(e, UtteranceDropped) and e.utterance == first.id for e in out)

@@ -8,7 +8,8 @@ import av
 import numpy as np
 import pytest
 
-from actors.preview import PreviewActor
+from actors.kernel import ListFeed
+from actors.preview import Boards, PreviewActor
 from actors.sink import SAMPLE_RATE
 from events.audio import AudioChunk
 from events.cue import CueIssued, CueMerged
@@ -20,20 +21,21 @@ from events.role import RoleDeclared, RoleWeightsChanged
 from events.run import RunEnded
 from events.utterance import UtteranceChunk, UtteranceCompleted
 from events.viseme import VisemeCut, VisemeTrack
-from tests.showkit import ctx, demo_run
+from tests.showkit import demo_run
 
 
 @pytest.fixture
-def watched() -> tuple[PreviewActor, list[tuple[str, dict[str, Any]]]]:
+def watched() -> tuple[ListFeed, list[tuple[str, dict[str, Any]]]]:
     actor = PreviewActor()
     told: list[tuple[str, dict[str, Any]]] = []
     actor.listeners.append(lambda run, message: told.append((run, message)))
     run = demo_run()
-    actor.handle(run, ctx(0, run))
+    feed = ListFeed(actor, run)
+    feed.handle(run, at_ms=0)
     for spec in run.show["roles"][:2]:
-        actor.handle(RoleDeclared(id=f"r1-role-{spec['id']}", run="r1", role=spec["id"], name=spec["name"],
-                                  persona="", language="en"), ctx(0, run))
-    return actor, told
+        feed.handle(RoleDeclared(id=f"r1-role-{spec['id']}", run="r1", role=spec["id"], name=spec["name"],
+                                 persona="", language="en"))
+    return feed, told
 
 
 def _frame(n: int, marks: tuple[SpeakingMark, ...] = (), at_ms: int = 0) -> FrameRendered:
@@ -42,24 +44,24 @@ def _frame(n: int, marks: tuple[SpeakingMark, ...] = (), at_ms: int = 0) -> Fram
 
 
 def test_a_danmaku_shows_with_its_cue_reply_and_latency(watched) -> None:  # type: ignore[no-untyped-def]
-    actor, told = watched
-    c = ctx(1000)
+    feed, told = watched
+    t = 1000
     # The cue can come before the danmaku itself (they are different streams).
-    actor.handle(CueIssued(id="d1-cue", run="r1", role="rex", correlation="d1", seq=1, user="ann", text="hi",
-                           danmaku=("d1", "d2"), routed_by="mention"), c)
-    actor.handle(DanmakuReceived(id="d1", run="r1", text="hi @rex", user="ann", at_ms=5000, platform="twitch",
-                                 viewer="twitch:1337"), c)
-    actor.handle(CueMerged(id="d2-merged", run="r1", correlation="d2", cue="d1-cue", user="bo", text="hi"), c)
-    actor.handle(UtteranceChunk(id="u1-0", run="r1", role="rex", correlation="d1", utterance="u1", seq=0,
-                                text="Hello Ann.", language="en"), c)
-    actor.handle(UtteranceChunk(id="u1-1", run="r1", role="rex", correlation="d1", utterance="u1", seq=1,
-                                text="Welcome.", language="en", last=True), c)
-    actor.handle(_frame(30, (SpeakingMark("rex", "d1", "sil"),), at_ms=5900), c)
-    actor.handle(_frame(31, (SpeakingMark("rex", "d1", "aa"),), at_ms=6200), c)
-    actor.handle(_frame(32, (SpeakingMark("rex", "d1", "E"),), at_ms=6240), c)
-    actor.handle(UtteranceCompleted(id="u1-done", run="r1", role="rex", correlation="d1", utterance="u1",
-                                    text="Hello Ann. Welcome.", chunks=2, backend="scripted"), c)
-    board = actor.board("r1")
+    feed.handle(CueIssued(id="d1-cue", run="r1", role="rex", correlation="d1", seq=1, user="ann", text="hi",
+                          danmaku=("d1", "d2"), routed_by="mention"), at_ms=t)
+    feed.handle(DanmakuReceived(id="d1", run="r1", text="hi @rex", user="ann", at_ms=5000, platform="twitch",
+                                viewer="twitch:1337"), at_ms=t)
+    feed.handle(CueMerged(id="d2-merged", run="r1", correlation="d2", cue="d1-cue", user="bo", text="hi"), at_ms=t)
+    feed.handle(UtteranceChunk(id="u1-0", run="r1", role="rex", correlation="d1", utterance="u1", seq=0,
+                               text="Hello Ann.", language="en"), at_ms=t)
+    feed.handle(UtteranceChunk(id="u1-1", run="r1", role="rex", correlation="d1", utterance="u1", seq=1,
+                               text="Welcome.", language="en", last=True), at_ms=t)
+    feed.handle(_frame(30, (SpeakingMark("rex", "d1", "sil"),), at_ms=5900), at_ms=t)
+    feed.handle(_frame(31, (SpeakingMark("rex", "d1", "aa"),), at_ms=6200), at_ms=t)
+    feed.handle(_frame(32, (SpeakingMark("rex", "d1", "E"),), at_ms=6240), at_ms=t)
+    feed.handle(UtteranceCompleted(id="u1-done", run="r1", role="rex", correlation="d1", utterance="u1",
+                                   text="Hello Ann. Welcome.", chunks=2, backend="scripted"), at_ms=t)
+    board = feed.state()
     assert board is not None
     item = board.feed["d1"]
     assert (item["user"], item["outcome"], item["role"], item["reply"], item["reply_state"]) == (
@@ -73,54 +75,61 @@ def test_a_danmaku_shows_with_its_cue_reply_and_latency(watched) -> None:  # typ
     assert [m["floor"] for _, m in told if m["type"] == "floor"] == [["rex"]]
     state = board.state()
     assert [i["id"] for i in state["feed"]] == ["d1", "d2"] and state["floor"] == ["rex"]
+    boards = Boards(feed.kernel.states)  # what the page reads: the board the kernel holds
+    assert boards.get("r1") is board and [r["run"] for r in boards.runs()] == ["r1"]
 
 
 def test_rejections_weights_resolution_outputs_and_the_end_are_told(watched) -> None:  # type: ignore[no-untyped-def]
-    actor, told = watched
-    c = ctx(2000)
-    actor.handle(DanmakuRejected(id="d9-rejected", run="r1", correlation="d9", reason="blocked",
-                                 detail="a blocked word", text="badword"), c)
-    first = actor.board("r1").roles  # type: ignore[union-attr]
+    feed, told = watched
+    t = 2000
+    feed.handle(DanmakuRejected(id="d9-rejected", run="r1", correlation="d9", reason="blocked",
+                                detail="a blocked word", text="badword"), at_ms=t)
+    first = feed.state().roles
     role = next(iter(first))
-    actor.handle(RoleWeightsChanged(id="w1", run="r1", weights={role: 1.5}, reason="waits"), c)
-    actor.handle(ResolutionChanged(id="q1", run="r1", before="720p", after="480p", reason="late frames"), c)
-    actor.handle(OutputDropped(id="o1", run="r1", output="rtmp", target="rtmp://h/live/***", reason="refused",
-                               retry_in_ms=500), c)
-    actor.handle(RunEnded(id="r1-end", run="r1", reason="duration reached", duration_ms=2000), c)
-    board = actor.board("r1")
+    feed.handle(RoleWeightsChanged(id="w1", run="r1", weights={role: 1.5}, reason="waits"), at_ms=t)
+    feed.handle(ResolutionChanged(id="q1", run="r1", before="720p", after="480p", reason="late frames"), at_ms=t)
+    feed.handle(OutputDropped(id="o1", run="r1", output="rtmp", target="rtmp://h/live/***", reason="refused",
+                              retry_in_ms=500), at_ms=t)
+    feed.handle(RunEnded(id="r1-end", run="r1", reason="duration reached", duration_ms=2000), at_ms=t)
+    board = feed.state()
     assert board is not None
     assert board.feed["d9"]["outcome"] == "rejected" and board.feed["d9"]["reason"] == "blocked"
     assert board.roles[role]["factor"] == 1.5 and board.resolution == "480p" and board.ended
     assert list(board.outputs.values())[0]["state"] == "dropped"
     kinds = [m["type"] for _, m in told]
     assert {"item", "roles", "resolution", "outputs", "run"} <= set(kinds)
-    actor.release("r1")
-    assert actor.board("r1") is None and not actor.holds("r1")
+    feed.release()
+    assert feed.state() is None and not feed.kernel.holds("r1")
+    assert Boards(feed.kernel.states).get("r1") is None and Boards(feed.kernel.states).runs() == []
 
 
 def test_speech_is_laid_on_the_show_timeline_and_cut(watched) -> None:  # type: ignore[no-untyped-def]
-    actor, _ = watched
-    c = ctx(1000)
+    feed, _ = watched
+    t = 1000
     pcm = (np.ones(SAMPLE_RATE, np.int16) * 1000).tobytes()  # 1 s of speech
     track = VisemeTrack(id="t1", run="r1", utterance="u1", audio="a1", seq=0, start_ms=2000, end_ms=3000,
                         text="hi", visemes=())
-    actor.handle(track, c)  # placed before its audio came
-    actor.handle(AudioChunk(id="a1", run="r1", utterance="u1", seq=0, sample_rate=SAMPLE_RATE, offset_ms=0,
-                            duration_ms=1000, text="hi", phonemes=(), pcm=pcm), c)
-    board = actor.board("r1")
+    feed.handle(track, at_ms=t)  # placed before its audio came
+    feed.handle(AudioChunk(id="a1", run="r1", utterance="u1", seq=0, sample_rate=SAMPLE_RATE, offset_ms=0,
+                           duration_ms=1000, text="hi", phonemes=(), pcm=pcm), at_ms=t)
+    board = feed.state()
     assert board is not None
     at = 2 * SAMPLE_RATE
     assert not board.audio(at - 100, 100).any()
     assert (board.audio(at, 100) == 1000).all()
-    actor.handle(VisemeCut(id="c1", run="r1", utterance="u1", at_ms=2500), c)
+    feed.handle(VisemeCut(id="c1", run="r1", utterance="u1", at_ms=2500), at_ms=t)
     assert (board.audio(at + SAMPLE_RATE // 2 - 10, 10) == 1000).all()
     assert not board.audio(at + SAMPLE_RATE // 2, 100).any()
 
 
 def test_runs_that_started_before_the_preview_are_left_alone() -> None:
     actor = PreviewActor()
-    assert actor.handle(DanmakuReceived(id="x", run="r9", text="hi"), ctx(0)) == ()
-    assert actor.runs() == []
+    told: list[tuple[str, dict[str, Any]]] = []
+    actor.listeners.append(lambda run, message: told.append((run, message)))
+    feed = ListFeed(actor, demo_run("r9"))  # the run is known, its start was not given to the preview
+    assert feed.handle(DanmakuReceived(id="x", run="r9", text="hi")) == []
+    boards = Boards(feed.kernel.states)
+    assert boards.get("r9") is None and boards.runs() == [] and told == []
 
 
 def test_the_frame_number_survives_vp8_both_ways() -> None:
@@ -149,13 +158,13 @@ def test_the_frame_number_survives_vp8_both_ways() -> None:
 
 
 def test_an_answer_whose_frame_came_before_its_danmaku_still_gets_its_latency(watched) -> None:  # type: ignore[no-untyped-def]
-    actor, told = watched
-    c = ctx(1000)
-    actor.handle(CueIssued(id="d5-cue", run="r1", role="rex", correlation="d5", seq=1, user="ann", text="hi",
-                           danmaku=("d5",), routed_by="mention"), c)
-    actor.handle(_frame(40, (SpeakingMark("rex", "d5", "aa"),), at_ms=9000), c)  # the frames' stream ran ahead
-    actor.handle(DanmakuReceived(id="d5", run="r1", text="hi @rex", user="ann", at_ms=8200), c)
-    board = actor.board("r1")
+    feed, told = watched
+    t = 1000
+    feed.handle(CueIssued(id="d5-cue", run="r1", role="rex", correlation="d5", seq=1, user="ann", text="hi",
+                          danmaku=("d5",), routed_by="mention"), at_ms=t)
+    feed.handle(_frame(40, (SpeakingMark("rex", "d5", "aa"),), at_ms=9000), at_ms=t)  # the frames' stream ran ahead
+    feed.handle(DanmakuReceived(id="d5", run="r1", text="hi @rex", user="ann", at_ms=8200), at_ms=t)
+    board = feed.state()
     assert board is not None
     assert (board.feed["d5"]["latency_ms"], board.feed["d5"]["frame"]) == (800, 40)
     assert [s["latency_ms"] for s in board.latencies] == [800]

@@ -10,12 +10,13 @@ from typing import Any
 
 from actors.backends.protocols import RoleLook, RoleState, StageDrawer
 from actors.backends.render_torch import StageRenderer
+from actors.kernel import ListFeed
 from actors.render import FrameMemo, Redrawer, RenderActor, batches, draw_frame, draw_frames
 from events.frame import FaceMark, FrameRendered
 from events.show import show_from_dict
 from events.viseme import VisemeMark, VisemeTrack
 from infra.settings import load_settings
-from tests.showkit import ctx, demo_run
+from tests.showkit import demo_run
 
 
 def track(start: int, end: int) -> VisemeTrack:
@@ -30,12 +31,11 @@ def rendered(tmp_path: Path, late_ms: int) -> list[FrameRendered]:
     """A 2 s show with two lines, its renderer ticked ``late_ms`` after each tick it asks for."""
     run = dataclasses.replace(demo_run("r1", resolution="360p"), duration_ms=2000)
     render = RenderActor(load_settings(environ={}, out_dir=tmp_path))
-    render.handle(run, ctx(0, run))
-    render.handle(track(100, 900), ctx(0, run))
-    render.handle(track(1000, 1640), ctx(0, run))
+    feed = ListFeed(render, run)
+    feed.handle(run, track(100, 900), track(1000, 1640), at_ms=0)
     out: list[FrameRendered] = []
-    while (due := render.next_tick("r1")) is not None:
-        out += [e for e in render.tick(ctx(due + late_ms, run)) if isinstance(e, FrameRendered)]
+    while (due := render.next_tick(feed.state())) is not None:
+        out += [e for e in feed.tick(at_ms=due + late_ms) if isinstance(e, FrameRendered)]
     return out
 
 

@@ -8,7 +8,6 @@ from collections import Counter
 
 import pytest
 
-from actors.base import Context
 from actors.director import Director
 from actors.kernel import ListFeed
 from events.base import Event
@@ -118,11 +117,11 @@ def test_re_execution_gets_the_same_show_however_the_clock_wakes() -> None:
         (41_000, DanmakuReceived(id="d2", run="r1", text="gift!", user="b", kind="gift")),
     ]
     ticked = _show(run, 90_000, inputs)
-    lazy_director = Director(load_settings(environ={}))
-    lazy = list(lazy_director.handle(run, Context(run, 0)))
+    lazy_feed = ListFeed(Director(load_settings(environ={})), run)
+    lazy = lazy_feed.handle(run, at_ms=0)
     for at, event in inputs:  # no tick between the inputs: each catches up what fell due
-        lazy += lazy_director.handle(event, Context(run, at))
-    lazy += lazy_director.tick(Context(run, 90_000))
+        lazy += lazy_feed.handle(event, at_ms=at)
+    lazy += lazy_feed.tick(at_ms=90_000)
     assert sorted(ticked, key=lambda e: e.id) == sorted(lazy, key=lambda e: e.id)
 
 
@@ -173,15 +172,15 @@ def test_the_operator_holds_says_and_moves_the_rundown_on() -> None:
 ])
 def test_a_bad_control_is_rejected_with_its_reason(control: OperatorControl, reason: str) -> None:
     run = _run(60_000)
-    director = Director(load_settings(environ={}))
-    director.handle(run, Context(run, 0))
-    [rejected] = [e for e in director.handle(control, Context(run, 100)) if isinstance(e, DanmakuRejected)]
+    feed = ListFeed(Director(load_settings(environ={})), run)
+    feed.handle(run, at_ms=0)
+    [rejected] = [e for e in feed.handle(control, at_ms=100) if isinstance(e, DanmakuRejected)]
     assert rejected.reason == "bad_control" and rejected.detail.startswith(reason), rejected.detail
 
 
 def test_a_control_for_a_run_that_is_not_there_is_rejected() -> None:
-    director = Director(load_settings(environ={}))
-    [out] = director.handle(OperatorControl(id="c1", run="nope", action="hold"), Context(None, 0))
+    feed = ListFeed(Director(load_settings(environ={})), _run())
+    [out] = feed.handle(OperatorControl(id="c1", run="nope", action="hold"), at_ms=0)  # no run "nope" started
     assert isinstance(out, DanmakuRejected) and out.reason == "unknown_run"
 
 
@@ -226,11 +225,11 @@ def test_a_show_without_segments_gets_one_open_segment_and_both_line_forms_parse
 
 def test_a_run_joined_long_after_its_start_speaks_from_now_without_catching_up() -> None:
     run = dataclasses.replace(_run(0), started_at_ms=1)  # open-ended, started decades ago
-    director = Director(load_settings(environ={}))
+    feed = ListFeed(Director(load_settings(environ={})), run)
     now = 1_700_000_000_000
-    [segment] = director.handle(run, Context(run, now))
+    [segment] = feed.handle(run, at_ms=now)
     assert isinstance(segment, SegmentStarted) and (segment.t_ms, segment.planned_ms) == (now, now)
-    out = list(director.tick(Context(run, now + 10_000)))
+    out = feed.tick(at_ms=now + 10_000)
     assert 2 <= len(_cues(out)) <= 5 and all(c.t_ms >= now for c in _cues(out))
 
 
@@ -242,7 +241,7 @@ def test_the_show_ends_with_goodbyes_that_fill_its_last_seconds_and_none_past_th
         feed.feed(run)
         feed.advance(end + 5_000)
         cues = _cues([e.event for e in feed.out])
-        plan = feed.actor._runs[run.run].plan  # type: ignore[attr-defined]  # noqa: SLF001 - its estimates
+        plan = feed.state().plan  # its estimates
         policy = plan.policy
         goodbyes = [c for c in cues if c.reason == "signoff"]
         # Said word for word, each once, after every other turn.

@@ -39,7 +39,6 @@ from actors.base import (
     ClockedActor,
     Context,
     HandlerError,
-    ScheduledActor,
 )
 from actors.kernel import REFUSE, Batch, Kernel
 from actors.runtime.batch import arrivals
@@ -379,6 +378,7 @@ class ActorRuntime:
             await self._stop_run_loops(run_id, wait_s=0)
         if self.owners is not None:
             await self.owners.close()
+        await self._in_thread(self.kernel.close)  # the runs still held: their files finished
         await self._in_thread(self.actor.close)
         self._executor.shutdown(wait=False)
         self._claims_pool.shutdown(wait=False)
@@ -445,10 +445,9 @@ class ActorRuntime:
         # Decoded before the lock (decoding touches no actor state), so that a scheduled actor
         # notices urgent work while a handler of its holds the lock on its worker thread.
         errors = [self._decode(d, spec) for d in deliveries]
-        if isinstance(self.actor, ScheduledActor):
-            for d in deliveries:
-                if d.event is not None:
-                    self.actor.noticed(d.event)
+        for d in deliveries:
+            if d.event is not None:
+                self.kernel.notice(d.event)
         for d in deliveries:
             # Whether a run is joined is decided as its start arrives: a run that ends while the
             # actor gets ready for it (a renderer building its sprites) is still its own.
@@ -474,7 +473,7 @@ class ActorRuntime:
 
     def _prepare(self, event: Event) -> None:
         try:
-            self.actor.prepare(event)
+            self.kernel.prepare(event)
         except Exception as exc:  # noqa: BLE001 - handle builds it then, or says what is wrong
             log.warning("%s: preparing %s %s failed: %s", self.actor.name, event.type, event.id, one_line(exc))
 

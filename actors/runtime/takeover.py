@@ -200,10 +200,10 @@ def _rebuild_state(kernel: Kernel[Any], run: RunStarted, feed: list[tuple[int, E
                    last: Event | None) -> list[Event]:
     """The actor told it is taking the run over, its inputs handled again (``_replay``), and an
     actor that goes on from its last output told what that was; what the replay emitted."""
-    kernel.actor.taking_over(run.run)
+    kernel.taking_over(run)
     emitted = _replay(kernel, run, feed, last_ms)
-    if last is not None and isinstance(kernel.actor, ClockedActor):
-        kernel.actor.resume(run.run, last)
+    if last is not None:
+        kernel.resume(run, last)
     return emitted
 
 

@@ -17,12 +17,13 @@ import pytest
 
 from actors.backends.protocols import BackendError, Persona, Prompt
 from actors.backends.shipped import QWEN_CODER_05B
+from actors.kernel import ListFeed
 from actors.llm import LLMActor
 from events.cue import CueIssued
 from events.qos import ThrottleChanged
 from events.utterance import UtteranceChunk, UtteranceCompleted, UtteranceDropped
 from infra.settings import load_settings
-from tests.showkit import ctx, demo_run
+from tests.showkit import demo_run
 
 pytest.importorskip("llama_cpp.server", reason="the llama extra is not installed (scripts/test.sh installs it)")
 
@@ -159,13 +160,13 @@ def test_a_server_killed_mid_reply_drops_the_rest_and_the_show_goes_on(server: S
     with pytest.raises(OpenAIError, match="mid-reply"):
         for _ in tokens:
             pass
-    llm = LLMActor(load_settings(environ={}, llm_first_sentence_ms=0), writer=writer)  # however slow the machine
-    llm.handle(ThrottleChanged(id="t", run="r1", window_tokens=400, reason="test"), ctx(0, RUN))
+    llm = ListFeed(LLMActor(load_settings(environ={}, llm_first_sentence_ms=0), writer=writer), RUN)  # however slow
+    llm.handle(ThrottleChanged(id="t", run="r1", window_tokens=400, reason="test"), at_ms=0)
     # While it is down: tried again with backoff, then the circuit opens and refuses at once.
-    [down] = [e for e in llm.handle(cue(2, "are you there?"), ctx(200, RUN)) if isinstance(e, UtteranceDropped)]
+    [down] = [e for e in llm.handle(cue(2, "are you there?"), at_ms=200) if isinstance(e, UtteranceDropped)]
     assert "cannot be reached" in down.reason and "after 3 tries" in down.reason
     started = time.monotonic()
-    [refused] = list(llm.handle(cue(3, "hello?"), ctx(300, RUN)))  # the server is known down
+    [refused] = llm.handle(cue(3, "hello?"), at_ms=300)  # the server is known down
     assert isinstance(refused, UtteranceDropped) and "circuit open" in refused.reason
     assert time.monotonic() - started < 1.0  # refused without trying the server
     server.start()
@@ -173,7 +174,7 @@ def test_a_server_killed_mid_reply_drops_the_rest_and_the_show_goes_on(server: S
     while writer.breaker.opened_at is not None and time.monotonic() - writer.breaker.opened_at < 1.0:
         assert time.monotonic() < deadline
         time.sleep(0.05)  # the circuit's cool-down (1 s) is wall-clock time
-    back = list(llm.handle(cue(4, "hi Mika, are you back?"), ctx(400, RUN)))
+    back = llm.handle(cue(4, "hi Mika, are you back?"), at_ms=400)
     assert any(isinstance(e, UtteranceChunk) for e in back)
     [done] = [e for e in back if isinstance(e, UtteranceCompleted)]
     assert done.backend.startswith(f"openai:127.0.0.1:{server.port}:qwen")

@@ -11,13 +11,14 @@ from actors.backends.llm_transformers import TransformersWriter
 from actors.backends.protocols import Persona, Prompt, Sentence
 from actors.backends.registry import BACKENDS
 from actors.backends.text import chat_messages, sentences
+from actors.kernel import ListFeed
 from actors.llm import DEFLECTIONS, LLMActor
 from app.shows import load_show
 from events.cue import CueIssued
 from events.qos import ThrottleChanged
 from events.utterance import UtteranceChunk, UtteranceCompleted
 from infra.settings import load_settings
-from tests.showkit import ctx, demo_run
+from tests.showkit import demo_run
 
 RUN = demo_run("r1")
 HOST = Persona("host", "Mika", "An upbeat host who loves games and music.", "en", ("games",))
@@ -72,18 +73,18 @@ def test_a_reader_that_stops_early_stops_the_model(writer: TransformersWriter) -
 def test_the_llm_actor_speaks_the_model_and_blocks_what_the_blocklist_forbids(writer: TransformersWriter) -> None:
     settings = load_settings(environ={}, llm_max_sentences=2, openers="off",  # the model's sentences alone
                              llm_first_sentence_ms=0)  # however slow the loaded machine makes it
-    llm = LLMActor(settings, writer=writer)
-    llm.handle(ThrottleChanged(id="t", run="r1", window_tokens=200, reason="test"), ctx(0, RUN))
-    out = list(llm.handle(cue("what game are we playing tonight?"), ctx(100, RUN)))
+    llm = ListFeed(LLMActor(settings, writer=writer), RUN)
+    llm.handle(ThrottleChanged(id="t", run="r1", window_tokens=200, reason="test"), at_ms=0)
+    out = llm.handle(cue("what game are we playing tonight?"), at_ms=100)
     chunks = [e for e in out if isinstance(e, UtteranceChunk)]
     [done] = [e for e in out if isinstance(e, UtteranceCompleted)]
     assert 1 <= len(chunks) <= 2 and chunks[-1].last and done.blocked == 0
     assert done.backend.startswith("transformers:SmolLM2-135M-Instruct") and "greedy" in done.backend
     # The same reply with a word of its first sentence on the blocklist: a deflection instead.
     word = max(chunks[0].text.strip(".!?").split(), key=len)
-    blocked = LLMActor(settings.replace(blocklist=(word,)), writer=writer)
-    blocked.handle(ThrottleChanged(id="t", run="r1", window_tokens=200, reason="test"), ctx(0, RUN))
-    out = list(blocked.handle(cue("what game are we playing tonight?"), ctx(100, RUN)))
+    blocked = ListFeed(LLMActor(settings.replace(blocklist=(word,)), writer=writer), RUN)
+    blocked.handle(ThrottleChanged(id="t", run="r1", window_tokens=200, reason="test"), at_ms=0)
+    out = blocked.handle(cue("what game are we playing tonight?"), at_ms=100)
     said = [e.text for e in out if isinstance(e, UtteranceChunk)]
     [done] = [e for e in out if isinstance(e, UtteranceCompleted)]
     assert said[0] == DEFLECTIONS["en"] and done.blocked >= 1 and word.casefold() not in " ".join(said).casefold()

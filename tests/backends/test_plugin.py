@@ -10,13 +10,14 @@ import pytest
 
 from actors.backends.protocols import Persona, Phoneme, Prompt, ReplyWriter, Speaker, Speech, Voice
 from actors.backends.registry import BACKENDS, UnknownBackendError
+from actors.kernel import ListFeed
 from actors.llm import LLMActor
 from actors.tts import TTSActor
 from events.audio import AudioChunk
 from events.cue import CueIssued
 from events.utterance import UtteranceChunk, UtteranceCompleted
 from infra.settings import load_settings
-from tests.showkit import ctx, demo_run
+from tests.showkit import demo_run
 
 
 class EchoWriter(ReplyWriter):
@@ -52,8 +53,8 @@ def cue(i: int = 0, text: str = "hello stage") -> CueIssued:
 
 def test_an_echo_writer_chosen_by_name_answers_a_cue() -> None:
     settings = load_settings(environ={"TROUPE_LLM_BACKEND": "echo"})
-    llm = LLMActor(settings, backends=BACKENDS_WITH_ECHO)
-    out = list(llm.handle(cue(1), ctx(100, RUN)))  # both sentences fit in the throttle's window
+    llm = ListFeed(LLMActor(settings, backends=BACKENDS_WITH_ECHO), RUN)
+    out = llm.handle(cue(1), at_ms=100)  # both sentences fit in the throttle's window
     chunks = [e for e in out if isinstance(e, UtteranceChunk)]
     assert [c.text for c in chunks] == ["ann said:", "hello stage!"] and [c.last for c in chunks] == [False, True]
     completed = [e for e in out if isinstance(e, UtteranceCompleted)]
@@ -63,7 +64,7 @@ def test_an_echo_writer_chosen_by_name_answers_a_cue() -> None:
 def test_a_speaker_chosen_by_name_speaks_chunks() -> None:
     tts = TTSActor(load_settings(environ={"TROUPE_TTS_BACKEND": "beep"}), backends=BACKENDS_WITH_ECHO)
     chunk = UtteranceChunk(id="c0", run="r1", role="host", utterance="u", seq=0, text="hi", language="en", last=True)
-    (audio,) = tts.handle(chunk, ctx(0, RUN))
+    (audio,) = ListFeed(tts, RUN).handle(chunk, at_ms=0)
     assert isinstance(audio, AudioChunk) and audio.duration_ms == 20 and [p.ipa for p in audio.phonemes] == ["a", "a"]
 
 

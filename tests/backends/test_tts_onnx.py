@@ -16,13 +16,14 @@ from actors.backends.protocols import Speaker, Speech, Voice  # noqa: E402
 from actors.backends.registry import BACKENDS  # noqa: E402
 from actors.backends.tts_espeak import PAUSE, EspeakTTS  # noqa: E402
 from actors.backends.tts_onnx import OnnxSpeaker, OnnxTTSError  # noqa: E402
+from actors.kernel import ListFeed  # noqa: E402
 from actors.lipsync import visemes_of  # noqa: E402
 from actors.tts import TTSActor  # noqa: E402
 from actors.visemes import viseme_for  # noqa: E402
 from events.audio import AudioChunk  # noqa: E402
 from events.utterance import UtteranceChunk  # noqa: E402
 from infra.settings import load_settings  # noqa: E402
-from tests.showkit import ctx, demo_run  # noqa: E402
+from tests.showkit import demo_run  # noqa: E402
 
 EN = "Hello everyone, welcome to the show."
 SENTENCES = (
@@ -97,9 +98,9 @@ def test_vowels_are_loud_and_pauses_quiet(tts: OnnxSpeaker) -> None:
 
 
 def speak_through_actor(speaker: Speaker, text: str) -> list[AudioChunk]:
-    tts = TTSActor(load_settings(environ={}), speaker=speaker)
+    feed = ListFeed(TTSActor(load_settings(environ={}), speaker=speaker), demo_run("r1"))
     event = UtteranceChunk(id="c0", run="r1", role="host", utterance="u", seq=0, text=text, language="en", last=True)
-    return [a for a in tts.handle(event, ctx(0, demo_run("r1"))) if isinstance(a, AudioChunk)]
+    return [a for a in feed.handle(event, at_ms=0) if isinstance(a, AudioChunk)]
 
 
 def test_the_viseme_track_follows_the_audio_energy(tts: OnnxSpeaker) -> None:

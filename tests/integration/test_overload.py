@@ -60,15 +60,17 @@ async def test_a_slow_renderer_steps_the_resolution_down_and_back_up(nats_server
     async with Stage(settings) as stage:
         show = asyncio.create_task(run_show(stage, chatty_show(), DURATION_S))
         await wait_for(lambda: any(rt.actor.name == "render" for rt in stage.runtimes), what="render started")
-        render = next(rt.actor for rt in stage.runtimes if rt.actor.name == "render")
-        await wait_for(lambda: bool(render._shows), what="the renderer on stage")  # type: ignore[attr-defined]  # noqa: SLF001
+        drawing = next(rt for rt in stage.runtimes if rt.actor.name == "render")
+        render = drawing.actor
+        await wait_for(lambda: any(s.renderer is not None for s in drawing.kernel.states.values()),
+                       what="the renderer on stage")
 
         async def downgraded() -> bool:
             info = await stage.js.stream_info(stream_name("qos"), subjects_filter="troupe.*.qos.resolution_changed")
             return bool(info.state.subjects)
 
         await wait_for(downgraded, timeout_s=20, what="a resolution change")
-        started = next(iter(render._shows.values())).run.started_at_ms  # type: ignore[attr-defined]  # noqa: SLF001
+        started = next(iter(drawing.kernel.runs.values())).started_at_ms
         await wait_for(lambda: _show_s(started) >= SLOW_UNTIL_S, timeout_s=20, what="the slow period to end")
         render.slow_render_ms = 0  # type: ignore[attr-defined]  # the fault is gone
         result = await show

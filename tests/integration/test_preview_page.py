@@ -54,7 +54,7 @@ async def test_the_page_shows_the_show_live_and_sends_with_a_token(settings: Set
     async with Stage(settings) as stage:
         [runtime] = await stage.start_actors(["preview"])
         server = await preview_server(stage, runtime)
-        port, preview = server.port, server.page.preview  # type: ignore[union-attr]
+        port, boards = server.port, server.page.boards  # type: ignore[union-attr]
         # The demo's roles without its scripted chat: the page's danmaku has the stage to itself.
         quiet = dataclasses.replace(load_show(), script=())
         show = asyncio.create_task(run_show(stage, quiet, 36.0, run_id=run))
@@ -90,7 +90,7 @@ async def test_the_page_shows_the_show_live_and_sends_with_a_token(settings: Set
                     await until(page, f"troupe.glass[{sent!r}] !== undefined && troupe.items[{sent!r}].latency_ms !== null "
                                       f"&& troupe.items[{sent!r}].reply_state === 'done'", 30, "its reply's first frame on screen")
                 except AssertionError as exc:  # the server's side of it: the board's item, what the preview has not read
-                    board = preview.board(run)
+                    board = boards.get(run)
                     held = board.feed.get(sent) if board is not None else "no board"
                     raise AssertionError(f"{exc}; the preview's item: {held}; its consumers' pending: "
                                          f"{await runtime.pending()}") from exc
@@ -105,7 +105,7 @@ async def test_the_page_shows_the_show_live_and_sends_with_a_token(settings: Set
                 await until(page, "document.getElementById('sent').dataset.status === '401'", 10, "the refusal")
                 assert "401" in await page.inner_text("#sent")
                 assert len(await page.evaluate("Object.keys(troupe.sent)")) == 1
-                board = preview.board(run)
+                board = boards.get(run)
                 assert board is not None
                 assert not any(i["text"] == "this must not be sent" for i in board.feed.values())
                 # Every role's name on the page (the list follows the run's role events: wait for it).

@@ -23,7 +23,7 @@ from events.cue import CueIssued
 from events.danmaku import DanmakuReceived
 from events.error import DeadLettered
 from events.run import RunStarted
-from events.subjects import stream_name
+from events.subjects import stream_name, subject_for
 from infra.bus import ConsumerSpec, connect, provision_consumers, provision_streams
 from infra.metrics import Metrics
 from infra.natsserver import EmbeddedNats
@@ -173,27 +173,31 @@ async def test_a_crashed_loop_is_restarted_then_given_up(js: JetStreamContext, s
         name = "flaky"
         inputs = (Input("danmaku", ("troupe.flaky.danmaku.received",)),)
 
-        def __init__(self, crashes: int) -> None:
-            self.crashes = crashes
-            self.calls = 0
-
-        def active_runs(self) -> Sequence[Any]:
-            self.calls += 1
-            if self.calls <= self.crashes:
-                raise RuntimeError("bug in the actor")
-            return ()
-
         def tick(self, ctx: Context) -> Sequence[Event]:
             return ()
 
+    def flaky_clock(rt: ActorRuntime, crashes: int) -> list[int]:
+        """A bug in the clock: the kernel's next_tick raises its first ``crashes`` calls."""
+        calls = [0]
+
+        def next_tick() -> None:
+            calls[0] += 1
+            if calls[0] <= crashes:
+                raise RuntimeError("bug in the actor")
+
+        rt.kernel.next_tick = next_tick  # type: ignore[method-assign,assignment]
+        return calls
+
     metrics = Metrics()
-    recovering = Flaky(crashes=2)
-    async with ActorRuntime(recovering, js, settings, metrics) as rt:
-        await wait_for(lambda: recovering.calls > 2, what="the restarted tick loop")
+    recovering = ActorRuntime(Flaky(), js, settings, metrics)
+    calls = flaky_clock(recovering, crashes=2)
+    async with recovering as rt:
+        await wait_for(lambda: calls[0] > 2, what="the restarted tick loop")
         assert rt.healthy
     assert metrics.registry.get_sample_value("troupe_failed_total", {"actor": "flaky", "reason": "crash"}) == 2
-    hopeless = Flaky(crashes=10**6)
-    rt = await ActorRuntime(hopeless, js, settings, Metrics()).start()
+    rt = ActorRuntime(Flaky(), js, settings, Metrics())
+    flaky_clock(rt, crashes=10**6)
+    await rt.start()
     await wait_for(lambda: not rt.healthy, timeout_s=20, what="the runtime to give up")
     reason = await asyncio.wait_for(rt.failed(), 5)
     assert reason.startswith("flaky:tick crashed 6 times within a minute") and "bug in the actor" in reason
@@ -232,18 +236,23 @@ async def test_ticks_go_on_while_their_outputs_wait_to_be_stored(tmp_path: Path,
 
     class Metronome(ClockedActor):
         name = "metronome"
+        consumes = (RunStarted,)
         emits = (CueIssued,)
 
         def __init__(self) -> None:
-            self.n = 0
+            self.n = 0  # ticks, of every run
 
-        def active_runs(self) -> Sequence[RunStarted]:
-            return [run]
+        def open_run(self, run: RunStarted, settings: Settings) -> list[int]:
+            return [0]  # the run's ticks
 
-        def next_tick(self, run_id: str) -> int | None:
-            return self.n * 20
+        def next_tick(self, state: list[int]) -> int | None:
+            return state[0] * 20
+
+        def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
+            return ()
 
         def tick(self, ctx: Context) -> Sequence[Event]:
+            ctx.state[0] += 1
             self.n += 1
             return [CueIssued(id=f"tk-c{self.n}", run="tk", role="host", correlation=f"tk-c{self.n}", seq=0,
                               user="u", text="tick", danmaku=(), routed_by="test")]
@@ -255,6 +264,7 @@ async def test_ticks_go_on_while_their_outputs_wait_to_be_stored(tmp_path: Path,
         await provision_streams(js)
         actor = Metronome()
         async with ActorRuntime(actor, js, settings, Metrics()):
+            await js.publish(subject_for(run), codec.encode(run), headers={"Nats-Msg-Id": run.id})
             await wait_for(lambda: _at_least(count(js, "cue", "tk"), 5), what="the first ticks stored")
             assert server.pid is not None
             os.kill(server.pid, signal.SIGSTOP)

@@ -152,12 +152,12 @@ def _sample(text: str, name: str, **labels: str) -> float:
 
 
 def test_an_actor_whose_loop_dies_exits_non_zero(own_nats: EmbeddedNats, tmp_path: Path) -> None:
-    # A bug in the director's clock: its tick loop crashes each time it looks for work.
+    # A bug in the clock (the kernel's next_tick): the director's tick loop crashes each time it looks for work.
     code = (
         "import sys\n"
-        "from actors.director import Director\n"
+        "from actors.kernel import Kernel\n"
         "def broken(self): raise RuntimeError('a bug in the clock')\n"
-        "Director.active_runs = broken\n"
+        "Kernel.next_tick = broken\n"
         "from app.cli import main\n"
         "sys.exit(main(['actor', 'director']))\n"
     )

@@ -16,8 +16,11 @@ publishes each as soon as it is yielded and acks the input after the last is sto
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+import functools
+import logging
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from events.base import Event
@@ -27,10 +30,160 @@ from events.subjects import PREFIX
 from infra.settings import Settings, run_settings
 
 __all__ = [
-    "Actor", "Arrival", "BatchActor", "ClockedActor", "Context", "Handled", "HandlerError", "Input",
-    "ScheduledActor", "Work", "inputs_for",
+    "DROPPED", "Actor", "Arrival", "BatchActor", "Cancel", "ClockedActor", "Context", "Handled", "HandlerError",
+    "Input", "ScheduledActor", "StartTimer", "Work", "inputs_for", "start_timer",
 ]
 Handled = Iterable[Event]  # what a handler returns: a list, or a generator that streams
+# Starts a timer: ``fn`` is called once after ``seconds`` (on another thread) unless the function
+# returned is called first.
+StartTimer = Callable[[float, Callable[[], None]], Callable[[], None]]
+DROPPED = "dropped"  # the reason an input's Cancel gets when another input drops it whole (``cancels``)
+log = logging.getLogger(__name__)
+
+
+def start_timer(seconds: float, fn: Callable[[], None]) -> Callable[[], None]:
+    """The default ``StartTimer``: a daemon ``threading.Timer``."""
+    timer = threading.Timer(seconds, fn)
+    timer.daemon = True
+    timer.start()
+    return timer.cancel
+
+
+def _nothing() -> None:
+    return None
+
+
+class Cancel:
+    """Whether the handling of an input is to stop, and why: the kernel cancels it (an urgent
+    input the handling gives way to, the input dropped whole), a timer may (``after``), and a
+    handler reads it (``reason``) or is told at once (``on_cancel``).  Thread-safe: it is cancelled
+    on the event loop's or a timer's thread while the handler runs on the actor's worker thread."""
+
+    __slots__ = ("_callbacks", "_children", "_leave", "_lock", "_reason", "_timer", "_timers")
+
+    def __init__(self, timer: StartTimer | None = None) -> None:
+        self._lock = threading.Lock()
+        self._reason: str | None = None
+        self._callbacks: dict[object, Callable[[], None]] = {}
+        self._children: dict[int, Cancel] = {}
+        self._timers: dict[object, Callable[[], None]] = {}  # armed -> what stops its timer
+        self._leave: Callable[[], None] = _nothing  # a scope: leaves its parent
+        self._timer = timer or start_timer
+
+    @property
+    def reason(self) -> str | None:
+        """Why it was cancelled (the first reason given), None while it is not."""
+        return self._reason
+
+    @property
+    def cancelled(self) -> bool:
+        return self._reason is not None
+
+    def cancel(self, reason: str) -> bool:
+        """Cancel it (and its scopes) for ``reason``; False when it already was (its reason stays)."""
+        return self._cancel(reason, None)
+
+    def _fire(self, reason: str, armed: object) -> None:
+        self._cancel(reason, armed)
+
+    def _cancel(self, reason: str, armed: object) -> bool:
+        with self._lock:
+            if self._reason is not None or (armed is not None and armed not in self._timers):
+                return False  # already cancelled, or (a timer's) disarmed before it fired
+            self._reason = reason
+            callbacks, self._callbacks = list(self._callbacks.values()), {}
+            children, self._children = list(self._children.values()), {}
+            timers, self._timers = [stop for key, stop in self._timers.items() if key is not armed], {}
+        for stop in timers:
+            stop()
+        for fn in callbacks:
+            _call(fn)
+        for child in children:
+            child.cancel(reason)
+        return True
+
+    def on_cancel(self, fn: Callable[[], None]) -> Callable[[], None]:
+        """Call ``fn`` once when it is cancelled (at once when it already is, on the canceller's
+        thread); what is returned unregisters it."""
+        key = object()
+        with self._lock:
+            if self._reason is None:
+                self._callbacks[key] = fn
+                return lambda: self._unregister(key)
+        _call(fn)
+        return _nothing
+
+    def _unregister(self, key: object) -> None:
+        with self._lock:
+            self._callbacks.pop(key, None)
+
+    def scope(self) -> Cancel:
+        """A token cancelled with this one (for its reason) and cancellable on its own (one attempt
+        of a handling, with a budget of its own: ``after``); ``close`` it when done (``with``)."""
+        child = Cancel(self._timer)
+        with self._lock:
+            if self._reason is None:
+                self._children[id(child)] = child
+                child._leave = functools.partial(self._forget_child, id(child))
+                return child
+            reason = self._reason
+        child.cancel(reason)
+        return child
+
+    def after(self, ms: int, reason: str) -> Callable[[], None]:
+        """Cancel it for ``reason`` ``ms`` from now (a timer), unless what is returned is called
+        first: once that returns, the timer has either fired (``reason`` says so) or never will."""
+        armed = object()
+        with self._lock:
+            if self._reason is not None:
+                return _nothing
+            self._timers[armed] = _nothing
+        stop = self._timer(ms / 1000, functools.partial(self._fire, reason, armed))
+        with self._lock:
+            gone = armed not in self._timers  # fired, or cancelled (or closed) meanwhile
+            if not gone:
+                self._timers[armed] = stop
+        if gone:
+            stop()
+            return _nothing
+        return lambda: self._disarm(armed)
+
+    def _disarm(self, armed: object) -> None:
+        with self._lock:
+            stop = self._timers.pop(armed, None)
+        if stop is not None:
+            stop()
+
+    def _forget_child(self, key: int) -> None:
+        with self._lock:
+            self._children.pop(key, None)
+
+    def close(self) -> None:
+        """Done with it: its timers stop, its callbacks are dropped, and a scope leaves its parent
+        (the parent's cancel no longer reaches it)."""
+        with self._lock:
+            timers, self._timers = list(self._timers.values()), {}
+            self._callbacks = {}
+            leave, self._leave = self._leave, _nothing
+        for stop in timers:
+            stop()
+        leave()
+
+    def __enter__(self) -> Cancel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Cancel({self._reason!r})"
+
+
+def _call(fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except Exception:  # noqa: BLE001 - one failing callback does not keep the cancel from the others
+        log.exception("a cancel callback failed")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +196,9 @@ class Input:
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What a handler may know besides its input: the run and the show time."""
+    """What a handler may know besides its input: the run, the show time (``now_ms`` when it was
+    called, ``now()`` as it goes on), the run's settings and state, and whether to stop
+    (``cancel_of``)."""
 
     run: RunStarted | None
     now_ms: int
@@ -57,6 +212,21 @@ class Context:
     state: Any = None
     # What ``Actor.prepare`` built ahead for this input (None: nothing).
     prepared: Any = None
+    # A scheduled actor's batch: each input's Cancel, by input id (``cancel_of``).
+    cancels: Mapping[str, Cancel] = field(default_factory=dict)
+    # The ms passed since the handling began, as the feed's clock says (None: none pass, the
+    # list and store feeds: a handler's outputs are the same however long it takes).
+    elapsed: Callable[[], int] | None = None
+
+    def now(self) -> int:
+        """The show time now: ``now_ms`` when the handling began, plus the time it has taken so far
+        (the runtime's), or not (the list and store feeds: deterministic)."""
+        return self.now_ms + (self.elapsed() if self.elapsed is not None else 0)
+
+    def cancel_of(self, input_id: str) -> Cancel:
+        """The Cancel of an input of the batch being handled (a fresh one for any other input)."""
+        token = self.cancels.get(input_id)
+        return token if token is not None else Cancel()
 
     def settings_over(self, own: Settings) -> Settings:
         """The settings a handler follows: the run's as the kernel gave them, else (a context made
@@ -197,7 +367,9 @@ class ScheduledActor(Actor):
     batches of one role, best priority first, through ``handle_batch``; an input
     whose deadline passes while it waits goes to ``expired`` instead, which returns
     the events that say it was dropped.  Inputs ``work()`` returns None for are
-    handled at once (control events).
+    handled at once (control events).  Each input of a batch has a Cancel token
+    (``Context.cancel_of``) the kernel cancels as ``urgent``, ``gives_way`` and
+    ``cancels`` say.
     """
 
     max_batch: ClassVar[int] = 8
@@ -215,12 +387,24 @@ class ScheduledActor(Actor):
         """Events saying that ``event`` was dropped because its deadline passed."""
         return ()
 
-    def noticed(self, event: Event, ctx: Context) -> None:
-        """An input has arrived (called by the feed as soon as it is decoded, before it is
-        admitted, even while a handler runs on the worker thread): an actor that must yield to
-        urgent work notes it here.  ``ctx`` has the run's settings and state (None: a run the
-        kernel does not hold) and no show time (``now_ms`` 0).  Nothing by default; it must be
-        quick and touch only thread-safe state."""
+    # What gives way to what: the kernel asks as each input arrives (before it is admitted, even
+    # while a handler runs on the worker thread) and as a batch is handed out, and cancels the
+    # inputs' Cancel tokens (``Context.cancel_of``) accordingly.  Each must be quick and pure.
+
+    def urgent(self, event: Event, ctx: Context) -> bool:
+        """Whether ``event`` is urgent: until it is taken up (batched, or expired), the inputs that
+        give way to it (``gives_way``) are cancelled, those being handled and those handed out.
+        An urgent input gives way to none.  ``ctx`` has the run's settings (``now_ms`` 0)."""
+        return False
+
+    def gives_way(self, working: Event, urgent: Event) -> str | None:
+        """Why ``working`` gives way to the ``urgent`` input (the reason its Cancel gets), or None."""
+        return None
+
+    def cancels(self, event: Event) -> str | None:
+        """The id of the input ``event`` drops whole (its Cancel gets ``DROPPED``, whether it is
+        being handled or is handed out later), or None."""
+        return None
 
 
 @dataclass(frozen=True, slots=True)

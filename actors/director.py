@@ -33,6 +33,7 @@ from events.danmaku import (
     DanmakuReceived,
     DanmakuRejected,
     DanmakuSkipped,
+    DanmakuWaiting,
     OperatorControl,
     RolePaceMeasured,
     SpeechPlaced,
@@ -42,10 +43,11 @@ from events.run import RunEnded, RunStarted
 from events.show import RoleSpec, Show, blocked, show_from_dict
 from events.utterance import UtteranceChunk, UtteranceDropped
 from infra.settings import Settings
-from schedulers.choice import GREETING, comment_kind
+from schedulers.choice import GREETING, KIND_NAMES, comment_kind
 from schedulers.pace import Pace, paced
 from schedulers.stage import (
     ADDRESSED,
+    CLASS_NAMES,
     COMMENT,
     GIFT,
     MODERATOR,
@@ -146,6 +148,9 @@ class _Waiting:
     key: str
     attached: dict[str, DanmakuReceived] = field(default_factory=dict)
     greeting: str | None = None   # a bare greeting: the role it greets ("" for the room); else None
+    heard: dict[str, int] = field(default_factory=dict)  # an attached duplicate -> when it was taken in
+    form: int = 0                 # what it asks (schedulers.choice: question, remark, greeting)
+    role: str = ""                # the role it waits for ("": the least busy when it is answered)
 
 
 @dataclass(slots=True)
@@ -171,12 +176,12 @@ class Director(ClockedActor):
 
     name = "director"
     consumes = (DanmakuReceived, OperatorControl, RolePaceMeasured, SpeechPlaced, RunStarted, RunEnded)
-    emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, SegmentStarted, ControlApplied, StagePaced,
-             FloorFollowed, UtteranceChunk, UtteranceDropped)
+    emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, DanmakuWaiting, SegmentStarted, ControlApplied,
+             StagePaced, FloorFollowed, UtteranceChunk, UtteranceDropped)
     accepts_unknown_runs = True
     takes_over = True
-    clock_marks = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, SegmentStarted, ControlApplied, StagePaced,
-                   FloorFollowed)
+    clock_marks = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, DanmakuWaiting, SegmentStarted,
+                   ControlApplied, StagePaced, FloorFollowed)
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -297,7 +302,9 @@ class Director(ClockedActor):
                                 text=event.text[:200] if isinstance(event, DanmakuReceived) else "")]
 
     def _take(self, state: _RunState, event: DanmakuReceived, now: int) -> list[Event]:
-        """Reject a danmaku, merge it with the same comment, or let it wait for the floor."""
+        """Reject a danmaku, merge it with the same comment, or let it wait for the floor: then
+        (and when it joins a waiting duplicate) it is said when it was taken in (``danmaku.waiting``),
+        its outcome coming later."""
         reason = self._reject_reason(state, event)
         if reason is not None:
             code, detail = reason
@@ -319,8 +326,9 @@ class Director(ClockedActor):
             waiting = self._waiting_duplicate(state, key, greeting) if event.kind == "comment" else None
             if waiting is not None:  # answered (or let go) together with the comment it repeats
                 waiting.attached[event.id] = event
+                waiting.heard[event.id] = now
                 state.plan.attach(waiting.event.id, event.id)
-                return []
+                return [self._waits(state, event, waiting, now)]
             merged = self._merge_target(state, key, event.kind, now)
             if merged is not None:
                 return [CueMerged(
@@ -329,10 +337,26 @@ class Director(ClockedActor):
                 )]
         superseded = (self._supersede(state, event, now) + self._yield_own(state, event, now)
                       + self._make_room(state, event, now))
-        state.waiting[event.id] = _Waiting(event, key, greeting=greeting)
         role = addressee[0] if addressee else _keyword_role(state, event) or ""
-        return superseded + self._outcomes(state, state.plan.add(event.id, self._class(state, event), event.who, now,
-                                                                 kind, role))
+        state.waiting[event.id] = waiting = _Waiting(event, key, greeting=greeting, form=kind, role=role)
+        out = superseded + self._outcomes(state, state.plan.add(event.id, self._class(state, event), event.who, now,
+                                                                kind, role))
+        if event.id in state.waiting:  # not answered at once: it waits for the floor
+            out.append(self._waits(state, event, waiting, now))
+        return out
+
+    @staticmethod
+    def _waits(state: _RunState, event: DanmakuReceived, waiting: _Waiting, now: int) -> DanmakuWaiting:
+        """A comment taken in at ``now`` waits for the floor, itself or (a near-duplicate) with the
+        waiting comment it joined: said, with that comment's place in the waiting room."""
+        plan, key = state.plan, waiting.event.id
+        cand = plan.waiting.get(key)  # always there: the director's waiting room and the plan's go together
+        return DanmakuWaiting(
+            id=event.derive("waiting"), run=event.run, causation=event.id, correlation=event.id, t_ms=now,
+            heard_ms=now, cls=CLASS_NAMES[cand.cls if cand is not None else COMMENT], form=KIND_NAMES[waiting.form],
+            waits_for=waiting.role, ahead=plan.ahead(key, now), waiting=len(plan), free_ms=plan.floor_free_ms,
+            until_ms=plan.until_ms(key), joined="" if key == event.id else key, user=event.user, text=event.text,
+        )
 
     def _supersede(self, state: _RunState, event: DanmakuReceived, now: int) -> list[Event]:
         """A viewer writes again before the reply asked for (early, while the floor was busy) to their
@@ -408,7 +432,8 @@ class Director(ClockedActor):
                 detail = SKIP_DETAIL[d.reason].format(wait=state.plan.policy.wait_ms[d.candidate.cls])
                 out += [DanmakuSkipped(
                     id=e.derive("skipped"), run=e.run, causation=e.id, correlation=e.id, t_ms=d.at_ms,
-                    reason=d.reason, detail=detail, user=e.user, text=e.text, heard_ms=d.candidate.arrival_ms,
+                    reason=d.reason, detail=detail, user=e.user, text=e.text,
+                    heard_ms=waiting.heard.get(e.id, d.candidate.arrival_ms),
                 ) for e in (waiting.event, *waiting.attached.values())]
         return out
 
@@ -446,9 +471,9 @@ class Director(ClockedActor):
         state.floor.heard_reply(role, cue.id, now, speech)
         state.recent.append(_Recent(waiting.key, cue.id, now, state.plan.floor_free_ms, event.kind, event.who,
                                     state.plan.floor_free_ms - speech, role, d.candidate.cls))
-        merged = [CueMerged(
+        merged = [CueMerged(  # each duplicate taken in when it came (its danmaku.waiting says so too)
             id=e.derive("merged"), run=e.run, role=None, causation=e.id, correlation=e.id, t_ms=now,
-            cue=cue.id, user=e.user, text=e.text, heard_ms=d.candidate.arrival_ms,
+            cue=cue.id, user=e.user, text=e.text, heard_ms=waiting.heard[e.id],
         ) for e in waiting.attached.values()]
         return [cue, *said, *merged]
 

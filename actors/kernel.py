@@ -19,7 +19,13 @@ The kernel owns, for all of them:
   (``infra.settings.run_settings``), never the process's own;
 - the dispatch of each kind: an input on its own (``take``), a scheduled actor's queue with
   its expiry and one-role batches (``expired``, ``next_batch``, ``handle_batch``), a clocked
-  actor's tick cadence (``next_tick``, ``tick``).
+  actor's tick cadence (``next_tick``, ``tick``);
+- cancellation: each input of a scheduled actor's batch gets a ``Cancel`` token, cancelled as
+  inputs arrive (``notice``) when the actor says it gives way to an urgent one or is dropped
+  whole (``ScheduledActor.urgent``, ``gives_way``, ``cancels``), with the bookkeeping, the
+  locking and the timers (``Cancel.after``) here, not in the actor;
+- a handler's clock: ``Context.now()``, the show time as the feed's clock says (``clock``: the
+  runtime's; none for the list and store feeds, where no time passes inside a handler).
 
 The caller brings what needs a lookup or a clock (the run's start, whether the actor joins
 it, whether an input came after the run's end, the time) and takes the outputs away.
@@ -29,11 +35,23 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
-from actors.base import Actor, ClockedActor, Context, Handled, ScheduledActor, Work
+from actors.base import (
+    DROPPED,
+    Actor,
+    Cancel,
+    ClockedActor,
+    Context,
+    Handled,
+    ScheduledActor,
+    StartTimer,
+    Work,
+    start_timer,
+)
 from events.base import Event
 from events.run import RunEnded, RunStarted
 from infra.settings import Settings, load_settings, run_settings
@@ -48,6 +66,7 @@ HANDLE, SKIP, REFUSE, QUEUED = "handle", "skip", "refuse", "queued"
 log = logging.getLogger(__name__)
 P = TypeVar("P")
 T = TypeVar("T")
+DROPPED_KEPT = 4096  # the inputs dropped whole remembered (the oldest matter no more)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,14 +178,29 @@ class Batch(Generic[P]):
     run: RunStarted | None
     payloads: list[P]
     events: list[Event]
+    cancels: dict[str, Cancel] = field(default_factory=dict)  # each input's, by its id
+
+
+@dataclass(slots=True)
+class _Working:
+    """An input of a batch handed out and not yet served, with its Cancel."""
+
+    event: Event
+    cancel: Cancel
+    urgent: bool  # an urgent input gives way to none
 
 
 class Kernel(Generic[P]):
     """Drives one actor.  ``P`` is what the feed hands in with each input and gets back with its
-    outputs (the runtime's delivery; the input itself for the list and store feeds)."""
+    outputs (the runtime's delivery; the input itself for the list and store feeds).  ``clock``
+    (seconds) is how time passes inside a handler (``Context.now``; None: it does not); ``timer``
+    starts the timers of ``Cancel.after``."""
 
-    def __init__(self, actor: Actor, *, fifo: bool = False, settings: Settings | None = None) -> None:
+    def __init__(self, actor: Actor, *, fifo: bool = False, settings: Settings | None = None,
+                 clock: Callable[[], float] | None = None, timer: StartTimer = start_timer) -> None:
         self.actor = actor
+        self.clock = clock
+        self.timer = timer
         self.settings = settings or getattr(actor, "settings", None) or load_settings(environ={})
         self.queue: WorkQueue[tuple[P, Event]] | None = (
             WorkQueue(actor, fifo=fifo) if isinstance(actor, ScheduledActor) else None)
@@ -177,14 +211,30 @@ class Kernel(Generic[P]):
         # An actor that takes runs' starts holds the runs it joined (their start, or a takeover);
         # one that does not holds a run from its first input.
         self._starts = RunStarted in actor.consumes
+        # Cancellation (a scheduled actor's): ``notice`` runs on the feed's thread as inputs arrive
+        # while a batch is handled on another, so the lock guards these.
+        self._lock = threading.Lock()
+        self._urgent: dict[str, Event] = {}    # urgent inputs noticed and not yet taken up
+        self._dropped: dict[str, None] = {}    # inputs dropped whole, oldest first (bounded)
+        self._working: dict[str, _Working] = {}  # the inputs of the batches handed out and not served
 
     # -- runs --------------------------------------------------------------------
 
-    def context(self, run: RunStarted | None, now_ms: int, ended: bool = False, prepared: Any = None) -> Context:
+    def context(self, run: RunStarted | None, now_ms: int, ended: bool = False, prepared: Any = None,
+                cancels: dict[str, Cancel] | None = None) -> Context:
         """The handler context of a run at show time ``now_ms``, with the run's settings and the
-        actor's state for it (None for a run the kernel does not hold)."""
+        actor's state for it (None for a run the kernel does not hold), and the clock from now."""
         state = self.states.get(run.run) if run is not None else None
-        return Context(run, now_ms, ended, self.run_settings(run), state, prepared)
+        return Context(run, now_ms, ended, self.run_settings(run), state, prepared,
+                       cancels if cancels is not None else {}, self._elapsed())
+
+    def _elapsed(self) -> Callable[[], int] | None:
+        """The ms passed from now on, as the kernel's clock says (None: no clock)."""
+        clock = self.clock
+        if clock is None:
+            return None
+        began = clock()
+        return lambda: int((clock() - began) * 1000)
 
     def run_settings(self, run: RunStarted | None) -> Settings:
         """The settings a run's handlers see: the process's, with what the run recorded applied."""
@@ -214,6 +264,9 @@ class Kernel(Generic[P]):
         """Drop a run: the actor's state for it goes (``Actor.close_run`` first), and the kernel's."""
         self.runs.pop(run, None)
         self._settings.pop(run, None)
+        with self._lock:
+            for key in [k for k, e in self._urgent.items() if e.run == run]:
+                del self._urgent[key]
         if run in self.states:
             state = self.states.pop(run)
             if state is not None:
@@ -257,6 +310,7 @@ class Kernel(Generic[P]):
             run = event
         decision = admit(actor, event, run, joins=joins, late=late)
         if not decision.handled:
+            self._taken_up([event])
             return Taken(decision)
         try:
             if run is not None and not decision.ended and (
@@ -274,6 +328,7 @@ class Kernel(Generic[P]):
             self.queue.add(id(event), (payload if payload is not None else event, event), work, ctx,  # type: ignore[arg-type]
                            event.run, wall)
             return Taken(decision, ctx, queued=True)
+        self._taken_up([event])  # an urgent input handled at once (a late one): nothing gives way to it
         return Taken(decision, ctx, call=functools.partial(actor.handle, event, ctx))
 
     def prepare(self, event: Event) -> None:
@@ -286,10 +341,40 @@ class Kernel(Generic[P]):
             self.prepared[event.id] = made
 
     def notice(self, event: Event) -> None:
-        """An input has arrived, before it is admitted (the runtime: as soon as it is decoded,
-        while a handler may run on the worker thread): a scheduled actor notes urgent work."""
-        if isinstance(self.actor, ScheduledActor):
-            self.actor.noticed(event, self.context(self.runs.get(event.run), 0))
+        """An input has arrived, before it is admitted (the runtime: as soon as it is decoded, on
+        the event loop, while a handler may run on the worker thread).  For a scheduled actor: an
+        urgent input is kept until it is taken up and cancels the inputs being handled that give
+        way to it; an input that drops another whole cancels it, being handled or to come."""
+        actor = self.actor
+        if not isinstance(actor, ScheduledActor):
+            return
+        cancel: list[tuple[Cancel, str]] = []
+        if actor.urgent(event, self.context(self.runs.get(event.run), 0)):
+            with self._lock:
+                self._urgent[event.id] = event
+                working = list(self._working.values())
+            for w in working:
+                reason = None if w.urgent else actor.gives_way(w.event, event)
+                if reason is not None:
+                    cancel.append((w.cancel, reason))
+        dropped = actor.cancels(event)
+        if dropped is not None:
+            with self._lock:
+                self._dropped[dropped] = None
+                while len(self._dropped) > DROPPED_KEPT:
+                    del self._dropped[next(iter(self._dropped))]
+                being = self._working.get(dropped)
+            if being is not None:
+                cancel.append((being.cancel, DROPPED))
+        for token, reason in cancel:  # outside the lock: a token calls back (a writer stopped)
+            token.cancel(reason)
+
+    def _taken_up(self, events: Iterable[Event]) -> None:
+        """Urgent inputs taken up (batched, expired, or not queued): nothing more gives way to them."""
+        if self._urgent:
+            with self._lock:
+                for event in events:
+                    self._urgent.pop(event.id, None)
 
     # -- a scheduled actor's queue -------------------------------------------------
 
@@ -299,6 +384,7 @@ class Kernel(Generic[P]):
             return []
         out = []
         for payload, event in self.queue.expired(wall_ms):
+            self._taken_up([event])
             run = self.runs.get(event.run)
             out.append((payload, self.actor.expired(event, self.context(run, self._show_ms(run, wall_ms)))))
         return out
@@ -312,14 +398,45 @@ class Kernel(Generic[P]):
             return None
         role, items = ready
         events = [e for _, e in items]
-        return Batch(role, self.runs.get(events[0].run), [p for p, _ in items], events)
+        run = self.runs.get(events[0].run)
+        return Batch(role, run, [p for p, _ in items], events, self._hand_out(events, run))
+
+    def _hand_out(self, events: list[Event], run: RunStarted | None) -> dict[str, Cancel]:
+        """Each input's Cancel, cancelled already when it was dropped whole or gives way to an
+        urgent input still to be taken up; the batch's own urgent inputs are taken up."""
+        actor = self.actor
+        assert isinstance(actor, ScheduledActor)
+        ctx = self.context(run, 0)
+        urgent = [actor.urgent(e, ctx) for e in events]
+        self._taken_up(events)
+        cancels: dict[str, Cancel] = {}
+        with self._lock:
+            pending = sorted(self._urgent.items())  # the first urgent input, by id, gives the reason
+            for event, own in zip(events, urgent, strict=True):
+                token = Cancel(self.timer)
+                reason = DROPPED if event.id in self._dropped else None
+                if reason is None and not own:
+                    reason = next((r for _, u in pending if (r := actor.gives_way(event, u)) is not None), None)
+                if reason is not None:
+                    token.cancel(reason)  # nothing registered on it yet: no callback runs under the lock
+                self._working[event.id] = _Working(event, token, own)
+                cancels[event.id] = token
+        return cancels
 
     def handle_batch(self, batch: Batch[P], now_ms: int) -> list[Handled]:
         """The outputs of each input of a batch, handled at show time ``now_ms``."""
         assert isinstance(self.actor, ScheduledActor)
-        return self.actor.handle_batch(batch.events, self.context(batch.run, now_ms))
+        return self.actor.handle_batch(batch.events, self.context(batch.run, now_ms, cancels=batch.cancels))
 
     def served(self, batch: Batch[P], wall_ms: int) -> None:
+        """The batch is done (its outputs all taken): its inputs' Cancels are let go."""
+        with self._lock:
+            for event_id, token in batch.cancels.items():
+                working = self._working.get(event_id)
+                if working is not None and working.cancel is token:
+                    del self._working[event_id]
+        for token in batch.cancels.values():
+            token.close()
         if self.queue is not None:
             self.queue.served(batch.role, wall_ms)
 
@@ -394,17 +511,21 @@ class ListFeed:
     - ``feed``: move the clock (every tick due on the way), then take the events;
     - ``handle``: take the events at a show time without running the clock (a handler's own
       behaviour, as if the clock had not woken in between);
-    - ``advance``: run the clock; ``tick``: tick one run at a show time, due or not."""
+    - ``advance``: run the clock; ``tick``: tick one run at a show time, due or not.
+
+    No time passes inside a handler (``Context.now`` is the show time it was called at) unless
+    ``clock`` (seconds) says how it does: a test of a handler's own pace."""
 
     actor: Actor
     run: RunStarted
     now_ms: int = 0
     out: list[Emitted] = field(default_factory=list)
+    clock: Callable[[], float] | None = None
     kernel: Kernel[Event] = field(init=False)
     started: dict[str, RunStarted] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.kernel = Kernel(self.actor)
+        self.kernel = Kernel(self.actor, clock=self.clock)
         self.started = {self.run.run: self.run}
 
     def run_of(self, event: Event) -> RunStarted | None:

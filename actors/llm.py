@@ -15,9 +15,8 @@ writer, at once).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
-import threading
-import time
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -35,7 +34,7 @@ from actors.backends.protocols import (
 )
 from actors.backends.registry import BACKENDS, Backends
 from actors.backends.text import verbatim_sentences
-from actors.base import Context, Handled, ScheduledActor, Work
+from actors.base import DROPPED, Cancel, Context, Handled, ScheduledActor, Work
 from events.base import Event
 from events.cue import CueIssued
 from events.danmaku import RolePaceMeasured
@@ -58,6 +57,7 @@ PACE_CHANGE_MS = 150
 SPEAK_MARGIN_MS = 500  # from a first sentence written to its speech on stage (TTS, lip-sync, transport)
 # What is said instead of a written sentence that contains a blocked word.
 DEFLECTIONS = {"en": "Let's talk about something else!", "zh": "我们聊点别的吧！"}
+SLOW = "no first sentence within its budget"  # why a writing attempt is stopped by its timer
 log = logging.getLogger(__name__)
 
 
@@ -122,6 +122,9 @@ class _RunState:
     # (utterance, role, text) of the last sentences spoken on stage: the writers' context
     spoken: deque[tuple[str, str, str]] = field(default_factory=lambda: deque(maxlen=CONTEXT_LINES))
     pace: dict[str, _Pace] = field(default_factory=dict)     # role -> its measured pace
+    # cues that began with an opener (their chunk 0: its speech is an opener's), oldest first;
+    # noted as each cue is taken in (``work``), read as its speech is placed (``_spoke``)
+    opened: dict[str, None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +141,7 @@ class _Cue:
     settings: Settings              # the run's
     opener: Sentence | None = None  # the cue's chunk 0, sent by the director: the writer goes on from it
     budget_ms: int = 0              # how long a model may take over its first sentence (0: no limit)
+    cancel: Cancel = field(default_factory=Cancel)  # the kernel's: an urgent cue it gives way to, a drop
 
 
 class LLMActor(ScheduledActor):
@@ -159,13 +163,6 @@ class LLMActor(ScheduledActor):
         # The writers roles name in the show file (backend, model), built on first use.
         self._writers: dict[tuple[str, str | None], ReplyWriter] = {}
         self.throttle = ThrottlePolicy()
-        # Urgent cues (a gift, a moderator line) noticed and not yet taken up: the reply being
-        # written stops for them (set on the event loop, read on the worker thread).
-        self._urgent: dict[str, tuple[str, int]] = {}  # cue id -> its run and seq (the director's order)
-        self._cancelled: set[str] = set()  # cues dropped whole before or while they are written
-        self._writing: tuple[CueIssued, ReplyWriter] | None = None  # the reply an urgent cue stops mid-sentence
-        self._opened: dict[str, None] = {}  # cues that began with an opener (their chunk 0), oldest first
-        self._urgent_lock = threading.Lock()
 
     def open_run(self, run: RunStarted, settings: Settings) -> _RunState:
         return _RunState(window=self.throttle.max_tokens)
@@ -185,57 +182,34 @@ class LLMActor(ScheduledActor):
     def work(self, event: Event, ctx: Context) -> Work | None:
         if not isinstance(event, CueIssued):
             return None
-        factor = self._state(ctx).factors.get(event.role or "", 1.0)
+        state = self._state(ctx)
+        factor = state.factors.get(event.role or "", 1.0)
+        if event.opener:  # taken in (on the feed's thread), before its opener's speech can be placed
+            state.opened[event.id] = None
+            while len(state.opened) > WRITTEN_KEPT * 4:
+                del state.opened[next(iter(state.opened))]
         # A cue whose opener is out is answered even when its writer is behind (see ``_cue``).
         return Work(event.role or "", tokens=tokens_of(event.text), weight=event.priority * factor,
                     deadline_ms=0 if event.opener else event.deadline_ms)
 
-    def noticed(self, event: Event, ctx: Context) -> None:
-        # On the event loop while a handler may run on the worker thread: it touches no state of
-        # the run, only what the lock guards.
-        if isinstance(event, CueIssued) and event.opener:
-            self._note_opened(event)
-        if isinstance(event, CueIssued) and event.priority >= self._run_settings(ctx).interrupt_priority:
-            with self._urgent_lock:
-                self._urgent[event.id] = (event.run, event.seq)
-                writing = self._writing
-            if writing is not None and _gives_way(writing[0], event.run, event.seq):
-                interrupt = getattr(writing[1], "interrupt", None)  # at its next token, not its sentence's end
-                if interrupt is not None:
-                    interrupt(writing[0].id)
-        elif isinstance(event, UtteranceDropped) and event.from_seq == 0:  # the whole reply: not to be written
-            with self._urgent_lock:
-                self._cancelled.add(event.utterance)
-                if len(self._cancelled) > 4096:  # bounded: the oldest matter no more
-                    self._cancelled.pop()
+    def urgent(self, event: Event, ctx: Context) -> bool:
+        """A cue at or above the run's ``interrupt_priority`` (a gift, a moderator line)."""
+        return isinstance(event, CueIssued) and event.priority >= self._run_settings(ctx).interrupt_priority
 
-    def _note_opened(self, event: CueIssued) -> None:
-        """A cue's chunk 0 is its opener (the director sent it): its speech is an opener's."""
-        with self._urgent_lock:
-            self._opened[event.id] = None
-            while len(self._opened) > WRITTEN_KEPT * 4:
-                del self._opened[next(iter(self._opened))]
+    def gives_way(self, working: Event, urgent: Event) -> str | None:
+        """A cue gives way to an urgent cue of its run the director issued after it: the director's
+        plan cut the reply for it (a cue issued before the urgent one was planned around it)."""
+        if isinstance(working, CueIssued) and isinstance(urgent, CueIssued) and working.run == urgent.run \
+                and working.seq < urgent.seq:
+            return f"the urgent cue {urgent.id} takes the writer"
+        return None
 
-    def _cancelled_cue(self, event: CueIssued) -> bool:
-        with self._urgent_lock:
-            return event.id in self._cancelled
-
-    def _taken_up(self, event: CueIssued) -> None:
-        with self._urgent_lock:
-            self._urgent.pop(event.id, None)
-
-    def _preempted(self, event: CueIssued, settings: Settings) -> str | None:
-        """The urgent cue the reply gives way to: one of its run the director issued after it and
-        the writer has not taken up yet (None: it goes on).  The director's plan cut the reply
-        for it; a cue issued before the urgent one was planned around it."""
-        if event.priority >= settings.interrupt_priority:
-            return None
-        with self._urgent_lock:
-            return min((u for u, (run, seq) in self._urgent.items() if _gives_way(event, run, seq)), default=None)
+    def cancels(self, event: Event) -> str | None:
+        """A reply dropped whole (superseded) is not to be written, or written on."""
+        return event.utterance if isinstance(event, UtteranceDropped) and event.from_seq == 0 else None
 
     def expired(self, event: Event, ctx: Context) -> Sequence[Event]:
         assert isinstance(event, CueIssued)
-        self._taken_up(event)
         return [UtteranceDropped(
             id=event.derive("dropped"), run=event.run, role=event.role, causation=event.id,
             correlation=event.correlation, t_ms=ctx.now_ms, utterance=event.id,
@@ -297,22 +271,23 @@ class LLMActor(ScheduledActor):
         """What the writer writes, or the cue's own text when it is said word for word."""
         return verbatim_sentences(cue.event.text) if cue.event.verbatim else cue.writer.stream(cue.persona, cue.prompt)
 
-    def _or_scripted(self, cue: _Cue, sentences: Iterable[str], held: _Held) -> Iterator[str]:
+    def _or_scripted(self, cue: _Cue, sentences: Iterable[str], held: _Held, ctx: Context) -> Iterator[str]:
         """The writer's sentences; where a model wrote nothing the guards let through (an echo, a
         copy of the stage, another language), it writes once more, sampled anew, while its
         first-sentence budget lasts; where that fails too, or it had written nothing by its
         budget (it is stopped), the scripted writer's line for the same prompt, so that the turn
         is not silent."""
         model = not cue.event.verbatim and not getattr(cue.writer, "instant", False)
-        started = time.perf_counter()
-        yield from self._attempt(cue, sentences, held, model, cue.budget_ms if model else 0)
+        started = ctx.now()
+        yield from self._attempt(cue, sentences, held, model, cue.budget_ms if model else 0, cue.prompt.cue_id)
         if not held.begun and model and not held.slow:
             # No budget (0) is no limit; else what is left of it, if anything.
-            left_ms = cue.budget_ms - int((time.perf_counter() - started) * 1000) if cue.budget_ms else 0
+            left_ms = cue.budget_ms - (ctx.now() - started) if cue.budget_ms else 0
             if not cue.budget_ms or left_ms > 0:
                 log.info("%s: the %s writer wrote nothing to say: it writes again", cue.event.id, cue.writer.name)
                 again = dataclasses.replace(cue.prompt, cue_id=f"{cue.prompt.cue_id}/again")
-                yield from self._attempt(cue, cue.writer.stream(cue.persona, again), held, model, left_ms)
+                yield from self._attempt(cue, cue.writer.stream(cue.persona, again), held, model, left_ms,
+                                         again.cue_id)
         if not held.begun and model:
             if held.slow:
                 log.info("%s: the %s writer wrote no sentence in %d ms: the scripted line instead", cue.event.id,
@@ -325,56 +300,40 @@ class LLMActor(ScheduledActor):
                 held.source = held.source or getattr(sentence, "source", None) or "template"
                 yield sentence
 
-    def _attempt(self, cue: _Cue, sentences: Iterable[str], held: _Held, model: bool,
-                 budget_ms: int) -> Iterator[str]:
-        """One writing of the reply: its sentences, a model's writer stopped if it has none by
-        ``budget_ms`` (0: no limit)."""
+    @staticmethod
+    def _attempt(cue: _Cue, sentences: Iterable[str], held: _Held, model: bool, budget_ms: int,
+                 cue_id: str) -> Iterator[str]:
+        """One writing of the reply (its prompt's ``cue_id``): its sentences, its writer stopped at
+        its next token when the cue's Cancel is cancelled (an urgent cue takes the writer, the
+        reply is dropped whole) or, a model's, when it has no sentence by ``budget_ms`` (0: no
+        limit; ``llm_first_sentence_ms``, or until its speech is planned to begin when that is
+        later: a model slowed down by a loaded machine does not keep the stage silent)."""
         source = iter(sentences)
-        timer = self._first_sentence_timer(cue, held, budget_ms) if model else None
-        try:
-            for sentence in source:
-                if not held.source:
-                    held.source = "verbatim" if cue.event.verbatim else "model" if model else (
-                        getattr(sentence, "source", None) or "template")
-                with self._urgent_lock:
+        interrupt = None if cue.event.verbatim else getattr(cue.writer, "interrupt", None)
+        with cue.cancel.scope() as scope:
+            if interrupt is not None:
+                scope.on_cancel(functools.partial(interrupt, cue_id))
+            in_time = scope.after(budget_ms, SLOW) if model and budget_ms and interrupt is not None else None
+            try:
+                for sentence in source:
+                    if not held.source:
+                        held.source = "verbatim" if cue.event.verbatim else "model" if model else (
+                            getattr(sentence, "source", None) or "template")
                     held.begun = True
-                if timer is not None:
-                    timer.cancel()
-                yield sentence
-        except WriterInterrupted:
-            with self._urgent_lock:
-                slow = held.slow
-            if not slow:
-                raise  # an urgent cue took the writer
-            if held.begun:
-                return  # stopped just as its first sentence came: the reply ends with it
-        finally:
-            if timer is not None:
-                timer.cancel()
-            close = getattr(source, "close", None)
-            if close is not None:
-                close()
-
-    def _first_sentence_timer(self, cue: _Cue, held: _Held, budget: int) -> threading.Timer | None:
-        """Stops the writer (at its next token) when it has no sentence by ``llm_first_sentence_ms``,
-        or by when its speech is planned to begin when that is later (a reply on deck has the
-        time the reply before it is spoken): a model slowed down by a loaded machine does not keep
-        the stage silent."""
-        interrupt = getattr(cue.writer, "interrupt", None)
-        if interrupt is None or not budget:
-            return None
-
-        def too_slow() -> None:
-            with self._urgent_lock:
+                    if in_time is not None:
+                        in_time()  # once this returns, its timer has fired (SLOW) or never will
+                        in_time = None
+                    yield sentence
+            except WriterInterrupted:
+                if scope.reason != SLOW:
+                    raise  # an urgent cue took the writer, or the reply was dropped whole
                 if held.begun:
-                    return
-                held.slow = True
-            interrupt(cue.event.id)
-
-        timer = threading.Timer(budget / 1000, too_slow)
-        timer.daemon = True
-        timer.start()
-        return timer
+                    return  # stopped just as its first sentence came: the reply ends with it
+            finally:
+                held.slow = held.slow or scope.reason == SLOW
+                close = getattr(source, "close", None)
+                if close is not None:
+                    close()
 
     def handle_batch(self, events: Sequence[Event], ctx: Context) -> list[Handled]:
         """One role's cues: the writer gets their prompts in one call (per persona), and each
@@ -401,16 +360,15 @@ class LLMActor(ScheduledActor):
 
     def _cue(self, event: CueIssued, ctx: Context, state: _RunState) -> _Cue | list[Event]:
         """What to ask the writer for a cue, or the drop that answers it instead."""
-        self._taken_up(event)
         common = _common(event)
-        if self._cancelled_cue(event):
+        cancel = ctx.cancel_of(event.id)
+        if cancel.reason == DROPPED:
             return []  # dropped whole before it was written (superseded): its drop is its answer
         settings = self._run_settings(ctx)
-        urgent = self._preempted(event, settings)
-        if urgent is not None:  # an urgent cue issued after it waits: the director's plan cut this one
+        if cancel.reason is not None:  # an urgent cue issued after it waits: the director's plan cut this one
             return [UtteranceDropped(
                 id=event.derive("dropped"), t_ms=ctx.now_ms, utterance=event.id,
-                reason=f"gave way before it was written: the urgent cue {urgent} takes the writer", **common,
+                reason=f"gave way before it was written: {cancel.reason}", **common,
             )]
         late = bool(event.deadline_ms) and ctx.now_ms > event.deadline_ms
         if late and not event.opener:
@@ -440,7 +398,6 @@ class LLMActor(ScheduledActor):
             writer = scripted  # a comment steering the writer is never shown to a model: it is deflected
         opener = Sentence(event.opener, last=False) if event.opener else None
         if opener is not None:
-            self._note_opened(event)
             prompt = dataclasses.replace(prompt, opener=event.opener)
             if late:  # its opener is on stage: the rest comes at once, from the scripted writer
                 log.info("%s: the writer is %d ms behind the cue's deadline: the scripted line after its opener",
@@ -449,7 +406,8 @@ class LLMActor(ScheduledActor):
         budget = settings.llm_first_sentence_ms
         if budget and event.begins_ms:  # on deck: until its speech is planned to begin
             budget = max(budget, event.begins_ms - ctx.now_ms - SPEAK_MARGIN_MS)
-        return _Cue(event, role, persona, prompt, limit, writer, state, settings, opener, budget)  # limit: the stage's room
+        return _Cue(event, role, persona, prompt, limit, writer, state, settings, opener, budget,  # limit: the stage's room
+                    cancel)
 
     @staticmethod
     def _own_line(event: CueIssued, show: Show, state: _RunState) -> dict[str, Any]:
@@ -480,26 +438,23 @@ class LLMActor(ScheduledActor):
             texts.append((str(cue.opener), False))
             held.tokens[0] = 0
             held.spoken_chunks.add(0)
-        stream = self._or_scripted(cue, sentences, held)
-        marks: list[float] = [time.perf_counter()]  # when writing began, then each sentence
-        if event.priority < cue.settings.interrupt_priority and not event.verbatim:
-            with self._urgent_lock:
-                self._writing = (event, cue.writer)
+        stream = self._or_scripted(cue, sentences, held, ctx)
+        marks = [ctx.now()]  # when writing began, then each sentence (show ms: the writer's pace)
         try:
             yield from self._written_out(cue, held, texts, stream, ctx, marks)
         except WriterInterrupted:  # an urgent cue took the writer mid-sentence: the rest gives way
-            urgent = self._preempted(event, cue.settings) or "?"
-            yield from self._writer_failed(state, held, event, _later(ctx, marks[0]),
-                                           f"interrupted while writing sentence {len(texts)}: the urgent cue "
-                                           f"{urgent} takes the writer")
+            if cue.cancel.reason == DROPPED:
+                state.held.pop(event.id, None)
+                return  # dropped whole while it was written: its drop is already out
+            why = cue.cancel.reason or "the urgent cue ? takes the writer"
+            yield from self._writer_failed(state, held, event, ctx.now(),
+                                           f"interrupted while writing sentence {len(texts)}: {why}")
             return
         except BackendError as exc:  # the model failed (a server down): the cue is answered with the reason
             log.warning("%s: %s", event.id, exc)
-            yield from self._writer_failed(state, held, event, _later(ctx, marks[0]), f"writer failed: {exc}")
+            yield from self._writer_failed(state, held, event, ctx.now(), f"writer failed: {exc}")
             return
         finally:
-            with self._urgent_lock:
-                self._writing = None
             close = getattr(stream, "close", None)
             if close is not None:
                 close()  # the stage has no room for more: let the writer stop
@@ -521,14 +476,14 @@ class LLMActor(ScheduledActor):
             yield from self._wrote(cue, marks, ctx)
         yield from self._release(state, held, ctx.now_ms)
 
-    def _wrote(self, cue: _Cue, marks: list[float], ctx: Context) -> list[Event]:
+    def _wrote(self, cue: _Cue, marks: list[int], ctx: Context) -> list[Event]:
         """A reply written: the writer's pace (to its first sentence, between two more)."""
         event = cue.event
         pace = cue.state.pace.setdefault(cue.role.id, _Pace())
         pace.backend = cue.writer.name
         if len(marks) > 1:
-            pace.first.append(int((marks[1] - marks[0]) * 1000))
-            pace.write.extend(int((b - a) * 1000) for a, b in zip(marks[1:], marks[2:], strict=False))
+            pace.first.append(marks[1] - marks[0])
+            pace.write.extend(b - a for a, b in zip(marks[1:], marks[2:], strict=False))
             pace.replies += 1
         return self._tell_pace(event, cue.role.id, ctx, cue.state)
 
@@ -547,15 +502,15 @@ class LLMActor(ScheduledActor):
         return [told]
 
     def _written_out(self, cue: _Cue, held: _Held, texts: list[tuple[str, bool]], stream: Iterator[str],
-                     ctx: Context, marks: list[float]) -> Iterator[Event]:
+                     ctx: Context, marks: list[int]) -> Iterator[Event]:
         """The writer's sentences as chunks, each released as the throttle allows (``texts``
         collects each sentence, and whether a blocked word replaced it; ``marks`` when each came)."""
-        event, state = cue.event, cue.state
+        event, state, cancel = cue.event, cue.state, cue.cancel
 
         def read() -> str | None:
             text = next(stream, None)
             if text is not None:
-                marks.append(time.perf_counter())
+                marks.append(ctx.now())
             return text
 
         limit = cue.limit + len(texts)  # the opener is part of the reply, not of its room
@@ -573,7 +528,7 @@ class LLMActor(ScheduledActor):
             elif said is None:
                 # A plain sentence: the next one (or the end) says whether it is the last; an
                 # urgent cue waiting makes it the last (the writer stops, the urgent cue gets it).
-                following = None if self._preempted(event, cue.settings) is not None else read()
+                following = None if _gave_way(cancel) is not None else read()
                 last = following is None
             else:
                 following, last = _UNREAD, said
@@ -589,21 +544,20 @@ class LLMActor(ScheduledActor):
                 # Out now (through the throttle) while the writer writes the next sentence.
                 yield from self._release(state, held, ctx.now_ms)
             if following is _UNREAD:
-                if self._cancelled_cue(event):
+                if cancel.reason == DROPPED:
                     state.held.pop(event.id, None)
                     return  # superseded while it was written: its drop is already out
-                urgent = None if last else self._preempted(event, cue.settings)
+                urgent = None if last else _gave_way(cancel)
                 if urgent is not None:  # the writer stops here: the urgent cue gets it next
                     state.held.pop(event.id, None)
                     yield UtteranceDropped(
-                        id=event.derive("preempted"), t_ms=_later(ctx, marks[0]).now_ms, utterance=event.id,
+                        id=event.derive("preempted"), t_ms=ctx.now(), utterance=event.id,
                         from_seq=held.pieces[0].seq if held.pieces else seq + 1,
-                        reason=f"interrupted after sentence {seq}: the urgent cue {urgent} takes the writer",
-                        **_common(event))
+                        reason=f"interrupted after sentence {seq}: {urgent}", **_common(event))
                     return
                 following = None if last else read()
                 if following is None and not last:
-                    yield from self._ended_early(held, event, seq, _later(ctx, marks[0]))
+                    yield from self._ended_early(held, event, seq, ctx.now())
             text = following
 
     @staticmethod
@@ -621,15 +575,16 @@ class LLMActor(ScheduledActor):
         return text, labeler.label(text) if labeler is not None else "neutral"
 
     @staticmethod
-    def _writer_failed(state: _RunState, held: _Held, event: CueIssued, ctx: Context, reason: str) -> list[Event]:
+    def _writer_failed(state: _RunState, held: _Held, event: CueIssued, now_ms: int, reason: str) -> list[Event]:
         """The writer failed or was interrupted: what was released stays (it is being spoken), the
-        rest is dropped with the reason."""
+        rest is dropped with the reason (stamped ``now_ms``: when it was decided, so that
+        re-execution orders it after the speech that came before it)."""
         if state.held.get(event.id) is not held:
             return []
         state.held.pop(event.id, None)
         first = held.pieces[0].seq if held.pieces else len(held.tokens)
         return [UtteranceDropped(
-            id=event.derive("failed"), t_ms=ctx.now_ms, utterance=event.id, from_seq=first,
+            id=event.derive("failed"), t_ms=now_ms, utterance=event.id, from_seq=first,
             reason=reason, **_common(event),
         )]
 
@@ -640,14 +595,14 @@ class LLMActor(ScheduledActor):
         return blocked(text, (*cue.settings.blocklist, *(show.blocklist if show is not None else ())))
 
     @staticmethod
-    def _ended_early(held: _Held, event: CueIssued, seq: int, ctx: Context) -> list[Event]:
+    def _ended_early(held: _Held, event: CueIssued, seq: int, now_ms: int) -> list[Event]:
         """The writer said a sentence was not the last and then ended: the sentence still held
         becomes the last; one already released is followed by the drop of the rest."""
         if held.pieces and held.pieces[-1].seq == seq:
             held.pieces[-1] = dataclasses.replace(held.pieces[-1], last=True)
             return []
         return [UtteranceDropped(
-            id=event.derive("ended"), t_ms=ctx.now_ms, utterance=event.id, from_seq=seq + 1,
+            id=event.derive("ended"), t_ms=now_ms, utterance=event.id, from_seq=seq + 1,
             reason=f"the writer ended after sentence {seq} without the sentence it announced",
             **_common(event),
         )]
@@ -697,22 +652,14 @@ class LLMActor(ScheduledActor):
         if not track.chunk_done:
             return []
         spoken = pace.spoken.pop(key)
-        with self._urgent_lock:
-            opener = track.chunk == 0 and track.utterance in self._opened
+        opener = track.chunk == 0 and track.utterance in state.opened
         (pace.opener if opener else pace.speech).append(spoken)
         return self._tell_pace(track, track.role or "", ctx, state)
 
 
-def _later(ctx: Context, since: float) -> Context:
-    """``ctx`` at the show time now, ``since`` (a ``perf_counter`` reading taken at ``ctx.now_ms``)
-    having passed: a drop decided while a reply was written is stamped when it was decided, so
-    that re-execution orders it after the speech that came before it."""
-    return dataclasses.replace(ctx, now_ms=ctx.now_ms + int((time.perf_counter() - since) * 1000))
-
-
-def _gives_way(cue: CueIssued, run: str, seq: int) -> bool:
-    """Whether ``cue`` gives way to an urgent cue of ``run`` the director issued as ``seq``."""
-    return cue.run == run and cue.seq < seq
+def _gave_way(cancel: Cancel) -> str | None:
+    """Why the reply gives way to an urgent cue (``LLMActor.gives_way``), None when it does not."""
+    return cancel.reason if cancel.reason != DROPPED else None
 
 
 def _quartile(values: Iterable[int]) -> int:

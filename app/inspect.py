@@ -21,6 +21,7 @@ from events.danmaku import (
     DanmakuReceived,
     DanmakuRejected,
     DanmakuSkipped,
+    DanmakuWaiting,
     RolePaceMeasured,
 )
 from events.error import DeadLettered
@@ -31,6 +32,7 @@ from events.utterance import UtteranceDropped
 from events.viseme import FaceChanged, VisemeCut
 from store.queries import Row, iter_rows, run_info
 
+OUTCOMES = frozenset({"cue.issued", "cue.merged", "danmaku.skipped", "danmaku.rejected"})  # a danmaku has one
 DECISIONS = frozenset({"qos.resolution_changed", "qos.throttle_changed", "qos.anomaly", "role.weights_changed"})
 HOPS = ("cue.issued", "utterance.chunk", "audio.chunk", "viseme.track", "frame.rendered")
 _HOP_NAMES = {
@@ -261,7 +263,24 @@ def chain(engine: Engine, run: str, correlation: str) -> dict[str, Any]:
             "hop_ms": wall(e) - wall(cause) if cause is not None else None,
         })
     return {"run": run, "correlation": correlation, "events": steps,
-            "total_ms": max(wall(r.event) for r in members) - root_at}
+            "total_ms": max(wall(r.event) for r in members) - root_at,
+            "waited": _waited(correlation, [r.event for r in members])}
+
+
+def _waited(danmaku: str, chain: Sequence[Event]) -> dict[str, Any] | None:
+    """How a comment waited for the floor (its ``danmaku.waiting``): from when, in which class,
+    behind how many, and how long until its outcome (None: it did not wait; ``ms`` None: no
+    outcome yet)."""
+    waiting = next((e for e in chain if isinstance(e, DanmakuWaiting) and e.causation == danmaku), None)
+    if waiting is None:
+        return None
+    outcome = next((e for e in chain if e.causation == danmaku and e.type in OUTCOMES), None)
+    return {
+        "from_ms": waiting.heard_ms, "cls": waiting.cls, "form": waiting.form, "waits_for": waiting.waits_for,
+        "ahead": waiting.ahead, "waiting": waiting.waiting, "until_ms": waiting.until_ms, "joined": waiting.joined,
+        "outcome": outcome.type if outcome is not None else None,
+        "ms": outcome.t_ms - waiting.heard_ms if outcome is not None else None,
+    }
 
 
 def format_report(doc: dict[str, Any]) -> str:
@@ -371,8 +390,17 @@ def format_airtime(air: dict[str, Any]) -> list[str]:
 
 
 def format_chain(doc: dict[str, Any]) -> str:
-    lines = [f"correlation {doc['correlation']} in run {doc['run']}: {doc['total_ms']} ms from first to last",
-             f"{'+ms':>7} {'hop ms':>7} {'show t':>8}  {'type':<20} {'role':<8} id"]
+    lines = [f"correlation {doc['correlation']} in run {doc['run']}: {doc['total_ms']} ms from first to last"]
+    w = doc.get("waited")
+    if w:
+        behind = f"{w['ahead']} ahead of it" if w["ahead"] else "first in line"
+        lines.append(
+            f"waited from {w['from_ms']} ms ({_ms(w['from_ms'])}) for the floor: {w['cls']} {w['form']}"
+            + (f" for {w['waits_for']}" if w["waits_for"] else "")
+            + (f", joined {w['joined']}" if w["joined"] else "")
+            + f", {behind} of {w['waiting']} waiting, let go unless on air by {_ms(w['until_ms'])}; "
+            + (f"{w['outcome']} after {w['ms']} ms" if w["outcome"] else "no outcome recorded"))
+    lines.append(f"{'+ms':>7} {'hop ms':>7} {'show t':>8}  {'type':<20} {'role':<8} id")
     for s in doc["events"]:
         hop = "" if s["hop_ms"] is None else str(s["hop_ms"])
         lines.append(f"{s['since_start_ms']:>7} {hop:>7} {_ms(s['t_ms']):>8}  {s['type']:<20} {s['role'] or '':<8} {s['id']}")

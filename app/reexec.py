@@ -195,7 +195,7 @@ def _replay_handler(
 
     def timed() -> Iterator[tuple[int, Event]]:
         """Each input at the show time it was handled: the earliest its outputs record, else (it
-        caused nothing) the time of the input before it."""
+        caused nothing) the time of the input before it, or its own when it was emitted later."""
         now = 0
         for row in inputs:
             if not admit(actor, row.event, run).handled:  # not the actor's: it does not move the clock
@@ -203,6 +203,8 @@ def _replay_handler(
             mine = [r for r in rec.by_cause.get(row.event.id, []) if r.event.type in owned]
             if mine:
                 now = min(heard_at(r.event) for r in mine)
+            elif row.event.causation is not None:  # never before it was emitted
+                now = max(now, row.event.t_ms)
             yield now, row.event
 
     rows = {id(row.event): row for row in inputs}

@@ -31,7 +31,18 @@ from bench.report_parts import (
     scheduler,
     store,
 )
-from bench.report_shows import chat, glass, latency, recorded, scale, show, soak, spread, standby
+from bench.report_shows import (
+    chat,
+    glass,
+    latency,
+    recorded,
+    scale,
+    show,
+    soak,
+    spread,
+    standby,
+    takeovers,
+)
 
 ROOT = RESULTS.parent.parent
 PAGE = ROOT / "docs" / "benchmarks.md"
@@ -91,7 +102,7 @@ def _flat(doc: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
 # Family by file name (the latency files by what they hold), in the page's order.
 SECTIONS: tuple[tuple[str, Section], ...] = (
     ("latency", latency), ("chat", chat), ("recorded", recorded), ("show", show), ("glass", glass),
-    ("scale", scale), ("soak", soak), ("standby", standby), ("spread", spread), ("runtime", runtime), ("store", store),
+    ("scale", scale), ("soak", soak), ("standby", standby), ("takeovers", takeovers), ("spread", spread), ("runtime", runtime), ("store", store),
     ("scheduler", scheduler), ("render", render), ("models", models), ("replies", replies), ("bridges", bridges),
     ("gpu_check", gpu_check),
 )

@@ -295,3 +295,28 @@ def spread(page: Page, results: Sequence[Result]) -> None:
         page.table(("run", "held by the killed process", "frames again after", "frames missing"),
                    ((run, "yes" if x["held_by_killed"] else "", "" if x["resumed_after_s"] is None else
                      f"{x['resumed_after_s']:g} s", f"{x['missing']}/{x['expected']}") for run, x in d["per_run"].items()))
+
+
+@section("Twenty takeovers, then a verify",
+         "`python -m bench.takeovers [--takeovers 20] [--seconds 150] [--rate 1]`, run with the cores kept busy "
+         "(`../shared/tools/busy`): the director, lipsync, render and the sink each in a process of their own "
+         "with a standby; the process running a kind killed (`kill -9`) again and again, the kinds in turn, a "
+         "fresh standby started after each; then the run re-executed (`troupe replay --verify`). Target: 0 "
+         "divergences after 20 takeovers; nothing stored twice, one outcome per danmaku.")
+def takeovers(page: Page, results: Sequence[Result]) -> None:
+    for r in results:
+        d = r.doc
+        divergences = 0 if d["divergence"] is None else 1
+        page.target(f"divergences after {d['takeovers']} takeovers (`{r.name}`)", "0", str(divergences),
+                    divergences == 0 and d["takeovers"] >= 20)
+        page.target(f"stored twice, danmaku without / with two outcomes (`{r.name}`)", "0, 0 / 0",
+                    f"{d['stored_twice']}, {d['no_outcome']} / {d['two_outcomes']}",
+                    d["stored_twice"] == 0 and d["no_outcome"] == 0 and d["two_outcomes"] == 0)
+        page.table(("takeovers (director / lipsync / render / sink)", "standby running after (median, max)",
+                    "frames", "re-executed (checked)", "verify took", "load average at the end"),
+                   [(f"{d['takeovers']} ({' / '.join(str(n) for n in d['per_kind'].values())})",
+                     f"{d['took_s_median']:g} s, {d['took_s_max']:g} s", f"{d['frames']}/{d['expected_frames']}",
+                     ", ".join(f"{k} {v}" for k, v in d["checked"].items()), f"{d['verify_s']:g} s", f"{d['load']:g}")])
+        if d["divergence"] is not None:
+            x = d["divergence"]
+            page.add(f"First divergence: {x['actor']} {x['what']} {x['type']} `{x['id']}`.", "")

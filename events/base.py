@@ -66,6 +66,10 @@ class Event:
     blob: ClassVar[str | None] = None
     # upcasters[n] turns a version-n payload dict into a version-(n+1) one.
     upcasters: ClassVar[Mapping[int, Callable[[dict[str, Any]], dict[str, Any]]]] = {}
+    # False for an output that only records when its input was taken in (``danmaku.waiting``):
+    # it answers nothing, the input's answer is still to come (a takeover publishes the answer
+    # its rebuilt state makes, where the last holder died before publishing it).
+    answers: ClassVar[bool] = True
 
     id: str
     run: str

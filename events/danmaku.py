@@ -76,6 +76,36 @@ class DanmakuSkipped(Event):
 
 @registry.register
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DanmakuWaiting(Event):
+    """A valid comment the director took in at ``heard_ms`` and let wait for the floor: not an
+    outcome (its cue, merge or skip comes when the floor frees or it goes stale), the record of
+    when it was taken in, so that a standby taking the director over and re-execution hand it
+    over at that show time.  ``cls`` is its class as the stage plan ranks it (``addressed``
+    before ``comment``), ``form`` what it asks (``question``, ``remark``, ``greeting``),
+    ``waits_for`` the role it is for where that is known before it is answered (addressed, or
+    naming a role's keywords; "": whichever role is least busy then), ``ahead`` how many waiting
+    comments the floor would go to before it, ``waiting`` how many wait (it included),
+    ``free_ms`` when the floor is planned to free and ``until_ms`` the latest its reply may begin
+    (later, it is let go: ``stale``).  A near-duplicate of a waiting comment is answered with it:
+    ``joined`` names that comment, and the rest describes that comment's wait."""
+
+    type = "danmaku.waiting"
+    heard_ms: int
+    cls: str
+    form: str = ""
+    waits_for: str = ""
+    ahead: int = 0
+    waiting: int = 0
+    free_ms: int = 0
+    until_ms: int = 0
+    joined: str = ""
+    user: str = ""
+    text: str = ""
+    answers = False  # not an outcome: the comment's answer is still to come
+
+
+@registry.register
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DanmakuGap(Event):
     """A platform bridge's connection was down: from when until when (wall-clock ms), why, and
     what the platform says was missed meanwhile (``missed`` -1: it does not say)."""

@@ -305,6 +305,21 @@ class StagePlan:
         cand.attached.append(duplicate)
         return True
 
+    def ahead(self, key: str, now_ms: int) -> int:
+        """How many waiting comments the floor would go to before the waiting comment ``key``, as
+        they rank at ``now_ms`` (0 when it is not waiting)."""
+        cand = self.waiting.get(key)
+        if cand is None:
+            return 0
+        mine = self._rank(cand, now_ms)
+        return sum(1 for c in self.waiting.values() if c is not cand and self._rank(c, now_ms) < mine)
+
+    def until_ms(self, key: str) -> int:
+        """The latest the reply to the waiting comment ``key`` may begin: after it, it is let go
+        (``stale``); 0 when it is not waiting."""
+        cand = self.waiting.get(key)
+        return 0 if cand is None else cand.from_ms + self.policy.wait_ms[cand.cls]
+
     def next_due_ms(self) -> int | None:
         """When ``decide`` next has something to do (the floor frees, a comment goes stale)."""
         if not self.waiting:

@@ -10,7 +10,13 @@ from actors.director import Director
 from actors.kernel import ListFeed
 from events.base import Event
 from events.cue import CueIssued, CueMerged
-from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped, OperatorControl
+from events.danmaku import (
+    DanmakuReceived,
+    DanmakuRejected,
+    DanmakuSkipped,
+    DanmakuWaiting,
+    OperatorControl,
+)
 from events.run import RunStarted
 from infra.settings import Settings, load_settings
 from tests.showkit import demo_run
@@ -154,13 +160,21 @@ def _text(i: int) -> str:
 
 
 def _outcomes(events: list[Event]) -> dict[str, str]:
-    """danmaku id -> its one outcome type (fails on a second outcome)."""
+    """danmaku id -> its one outcome type (fails on a second outcome).  A comment that waited was
+    said to wait once, before its outcome, which records the same time it was taken in."""
     seen: dict[str, str] = {}
+    waited: dict[str, int] = {}
     for e in events:
         d = e.correlation
         assert d is not None
+        if isinstance(e, DanmakuWaiting):  # not an outcome: when it was taken in
+            assert d not in seen and d not in waited, f"{d} waits after {seen.get(d) or 'waiting'}"
+            waited[d] = e.heard_ms
+            continue
         assert d not in seen, f"{d} has two outcomes: {seen[d]} and {e.type}"
         seen[d] = e.type
+        if d in waited:
+            assert getattr(e, "heard_ms", None) == waited[d], (d, e)
     return seen
 
 

@@ -42,9 +42,13 @@ def streamed(feed: ListFeed, event: CueIssued, at_ms: int, picked_ms: int | None
     batch = kernel.next_batch(feed.run.started_at_ms + picked)
     assert batch is not None and batch.events == [event]
     feed.now_ms = at_ms
-    [out] = kernel.handle_batch(batch, at_ms)
-    kernel.served(batch, feed.run.started_at_ms + at_ms)
-    return iter(out)
+
+    def handled() -> Iterator[Event]:
+        [out] = kernel.handle_batch(batch, at_ms)
+        yield from out
+        kernel.served(batch, feed.run.started_at_ms + at_ms)  # done: what arrives now cancels it no more
+
+    return handled()
 
 
 def cue(i: int = 0, deadline_ms: int = 0) -> CueIssued:

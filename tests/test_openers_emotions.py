@@ -5,7 +5,7 @@ the kernel's list feed, with a writer that writes like a model, going on from it
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from actors.backends.protocols import BackendError, Persona, Prompt, Sentence
 from actors.director import Director
@@ -50,9 +50,11 @@ def cue(i: int, **fields: object) -> CueIssued:
     return dataclasses.replace(base, **fields)  # type: ignore[arg-type]
 
 
-def actor(writer: object = None, **settings: object) -> ListFeed:
-    """A list feed of the llm actor (with ``writer``, else the settings' backend) for RUN."""
-    feed = ListFeed(LLMActor(load_settings(environ={}, **settings), writer=writer), RUN)  # type: ignore[arg-type]
+def actor(writer: object = None, clock: Callable[[], float] | None = None, **settings: object) -> ListFeed:
+    """A list feed of the llm actor (with ``writer``, else the settings' backend) for RUN (with a
+    ``clock``: time passes while the writer writes)."""
+    feed = ListFeed(LLMActor(load_settings(environ={}, **settings), writer=writer), RUN,  # type: ignore[arg-type]
+                    clock=clock)
     feed.handle(ThrottleChanged(id="t", run="r1", window_tokens=400, reason="test"), at_ms=0)
     return feed
 
@@ -225,15 +227,12 @@ class TokenStreaming(ModelLike):
         self.interrupts.ask(cue_id)
 
 
-def test_an_urgent_cue_stops_the_reply_mid_sentence_and_nothing_of_that_sentence_is_said(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_an_urgent_cue_stops_the_reply_mid_sentence_and_nothing_of_that_sentence_is_said() -> None:
     import itertools
 
-    import actors.llm
-
     ticks = itertools.count()
-    monkeypatch.setattr(actors.llm.time, "perf_counter", lambda: next(ticks) * 0.25)  # the writer takes time
     writer = TokenStreaming()
-    llm = actor(writer)
+    llm = actor(writer, clock=lambda: next(ticks) * 0.25)  # the writer takes time
     gift = cue(81, text="sent a rocket", priority=4.0, user="bob")
     writer.on_token.append(lambda i: llm.kernel.notice(gift) if i == 20 else None)  # "... with all of the |viewers"
     out = llm.handle(cue(80), at_ms=100)

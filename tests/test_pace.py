@@ -3,6 +3,7 @@ measurement in (with its reason), and the llm actor measuring its writer and the
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 from actors.backends.protocols import Persona, Prompt
@@ -73,7 +74,8 @@ class Steady:
 
 
 def test_the_llm_actor_measures_its_writer_and_the_voice_and_tells_when_it_moves() -> None:
-    llm = ListFeed(LLMActor(load_settings(environ={}), writer=Steady()), RUN)  # type: ignore[arg-type]
+    # The wall clock: time passes while the writer writes (the runtime's handlers' show time).
+    llm = ListFeed(LLMActor(load_settings(environ={}), writer=Steady()), RUN, clock=time.monotonic)  # type: ignore[arg-type]
     llm.handle(ThrottleChanged(id="t", run="r1", window_tokens=400, reason="test"), at_ms=0)
     cue = CueIssued(id="c1", run="r1", role="host", correlation="d1", seq=1, user="ann", text="hi there",
                     danmaku=("d1",), routed_by="mention", priority=2.0, max_sentences=3, opener="Oh, hi ann!")

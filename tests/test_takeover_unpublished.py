@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from actors.director import Director
 from actors.kernel import Kernel
-from actors.runtime.takeover import _replay, unpublished
+from actors.runtime.takeover import _replay, handled_at, unpublished
 from events.base import Event
 from events.cue import CueIssued
 from events.danmaku import DanmakuReceived
+from events.utterance import UtteranceDropped
 from infra.settings import load_settings
 from tests.showkit import demo_run
 
@@ -42,3 +43,16 @@ def test_an_input_answered_in_the_store_keeps_that_answer_alone() -> None:
     assert unpublished(emitted, stored | {"another-answer"}, {"r1-start": 0, "d1": 2000}) == []
     # Everything stored: nothing to send.
     assert unpublished(emitted, {e.id for e in emitted}, {"r1-start": 0, "d1": 2000}) == []
+
+
+def test_an_input_that_caused_nothing_is_never_taken_as_handled_before_it_was_emitted() -> None:
+    # The rest of a reply dropped at 25.2 s, after a drop at 8.3 s in the same stream: taken as
+    # handled with the input before it, it would reach a rebuilt lipsync before the reply's own
+    # chunks (25.18 s), which it then ignores; the rebuilt state would part from the live one.
+    drop = UtteranceDropped(id="d2", run="r1", causation="c2", correlation="c2", t_ms=25_200, utterance="c2",
+                            from_seq=1, reason="the writer failed")
+    assert max(8_305, handled_at(drop, {})) == 25_200
+    assert handled_at(drop, {"d2": 25_310}) == 25_310  # its outputs say when it was handled
+    outside = DanmakuReceived(id="x", run="r1", user="ann", text="hi", t_ms=99_999)  # a producer's clock: no bound
+    assert handled_at(outside, {}) == 0
+    assert handled_at(outside, {}, stored_ms=2_106) == 2_106  # the server stored it then: not handled before

@@ -125,7 +125,8 @@ class ActorRuntime:
         self._published: dict[str, Any] = {}
         self._hops: dict[str, Any] = {}
         # Admission, dispatch, the run's settings, a scheduled actor's queue, a clocked actor's ticks.
-        self.kernel: Kernel[Delivery] = Kernel(actor, fifo=settings.scheduler == "fifo")
+        # ``clock``: a handler's show time goes on while it runs (``Context.now``).
+        self.kernel: Kernel[Delivery] = Kernel(actor, fifo=settings.scheduler == "fifo", clock=clock)
         self._queue = self.kernel.queue  # scheduled actors: inputs wait here, handled in batches of one role
         self._work_ready = asyncio.Event()
         self._batch_runs: set[str] = set()  # the runs of the batch being handled
@@ -442,8 +443,9 @@ class ActorRuntime:
 
     async def _process(self, msgs: list[Msg], spec: ConsumerSpec) -> None:
         deliveries = [Delivery(m) for m in msgs]
-        # Decoded before the lock (decoding touches no actor state), so that a scheduled actor
-        # notices urgent work while a handler of its holds the lock on its worker thread.
+        # Decoded before the lock (decoding touches no actor state), so that the kernel notices
+        # urgent work (and cancels what gives way to it) while a handler holds the lock on the
+        # actor's worker thread.
         errors = [self._decode(d, spec) for d in deliveries]
         for d in deliveries:
             if d.event is not None:

@@ -13,18 +13,19 @@ each live run's state from the streams, then goes on where the last holder stopp
    show process alive: ``live_runs``), the actor's inputs up to the floor are read back in
    stream order and handled again, as re-execution does, each at the show time it was
    handled then: the earliest of the times its outputs record (a deferred decision's
-   ``heard_ms``), else (it caused nothing yet) the time of the input before it.  Families
+   ``heard_ms``; a comment the director let wait says when it took it in, ``danmaku.waiting``),
+   else (it caused nothing yet) the time of the input before it.  Families
    in ``rebuild_skips`` are not read (the sink's frames).  What these calls emit is thrown
    away: it was published already.
 3. An actor whose decisions come from its clock (the director) has its clock run up to
    the last output of the run that only it publishes (``clock_marks``), so what it
    decided is decided again.  One that goes on from its last output (the renderer, from
    the frame after the last one stored: ``resumes_from``) is told what that was.
-4. What the rebuilt state emitted for an input that has nothing stored (a decision the last
+4. What the rebuilt state emitted for an input that has no answer stored (a decision the last
    holder made and died before publishing, or one it was about to make when an input's time
-   was only known roughly) is published now: the state believes it was said, so the world
-   hears it, and the input is not left without its outcome.  What was stored is never sent
-   again, nor a second answer to an input that has one.
+   was only known roughly; a note that a comment waits is no answer) is published now: the
+   state believes it was said, so the world hears it, and the input is not left without its
+   outcome.  What was stored is never sent again, nor a second answer to an input that has one.
 
 The rebuilt state is the state the last holder had, and the decisions it goes on to make
 are the ones a holder that never died would have made at those show times; what was
@@ -36,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -151,6 +152,7 @@ async def rebuild_run(
     outputs = [out for out in inputs_for(actor.emits) if out.family not in UNREAD_FAMILIES]
     marks = set(actor.clock_marks) if isinstance(actor, ClockedActor) else set()
     caused: dict[str, int] = {}   # input id -> show time the actor handled it (from its outputs)
+    answered: set[str] = set()    # inputs an output stored answers (not only a note of when it was taken in)
     stored: set[str] = set()      # the ids of its outputs stored
     last_ms = 0
     for out in outputs:
@@ -164,6 +166,8 @@ async def rebuild_run(
                 last_ms = max(last_ms, event.t_ms)
             if event.causation is not None:
                 caused[event.causation] = min(at, caused.get(event.causation, at))
+                if event.answers:
+                    answered.add(event.causation)
     feed: list[tuple[int, int, int, Event]] = []
     for i, spec in enumerate(specs):
         if spec.family in actor.rebuild_skips:
@@ -176,9 +180,7 @@ async def rebuild_run(
             event = _decoded(msg.data)
             if event is None or event.run != run.run:
                 continue
-            # One consumer hands its inputs over in stream order: an input that caused nothing
-            # is taken as handled with the one before it (as re-execution takes it).
-            handled = max(handled, caused.get(event.id, handled))
+            handled = max(handled, handled_at(event, caused, msg.time_us // 1000 - run.started_at_ms))
             feed.append((handled, i, msg.seq, event))
     feed.sort(key=lambda x: x[:3])
     last = None
@@ -186,7 +188,7 @@ async def rebuild_run(
         last = await _last(js, run.run, actor.resumes_from.type)
     # One call into the actor: its clock sees the run only once it is rebuilt and resumed.
     emitted = await in_thread(_rebuild_state, kernel, run, [(at, event) for at, _, _, event in feed], last_ms, last)
-    unsaid = unpublished(emitted, stored, caused)
+    unsaid = unpublished(emitted, stored, answered)
     if unsaid:
         log.warning("%s: run %s: %d outputs of the rebuilt state were never published (%s): published now",
                     actor.name, run.run, len(unsaid), ", ".join(sorted({e.type for e in unsaid})))
@@ -215,19 +217,35 @@ def _replay(kernel: Kernel[Any], run: RunStarted, feed: list[tuple[int, Event]],
     return [e for _, outputs in replay(kernel, run, feed, last_ms if clocked else None) for e in outputs]
 
 
-def unpublished(emitted: Sequence[Event], stored: set[str], caused: dict[str, int]) -> list[Event]:
+def unpublished(emitted: Sequence[Event], stored: set[str], answered: Collection[str]) -> list[Event]:
     """Of what a rebuilt state emitted, what nobody published: not stored, and caused by an input
-    nothing stored answers (an input the last holder answered keeps that answer alone), or by
+    nothing stored answers (``answered``: an input the last holder answered keeps that answer
+    alone; a stored note of when it was taken in, ``danmaku.waiting``, answers nothing), or by
     one of these outputs itself (the opener that goes with a cue)."""
     out: list[Event] = []
     sent: set[str] = set()
     for event in emitted:
         if event.id in stored or event.type.split(".", 1)[0] in UNREAD_FAMILIES:
             continue
-        if event.causation is None or event.causation not in caused or event.causation in sent:
+        if event.causation is None or event.causation not in answered or event.causation in sent:
             out.append(event)
             sent.add(event.id)
     return out
+
+
+def handled_at(event: Event, caused: dict[str, int], stored_ms: int | None = None) -> int:
+    """The earliest show time an actor can have handled ``event`` at: when it handled it, where
+    its outputs record it (``caused``); else when it was published: the server stored it at
+    ``stored_ms`` (show time), and an input some actor emitted was emitted at its ``t_ms``.  One
+    consumer hands its inputs over in stream order, so the caller takes the later of this and the
+    input before it in the same stream: an input that caused nothing is taken as handled with
+    the one before it, never before it existed (a dropped reply's rest, emitted long after the
+    drop before it, is not handled before the reply's chunks)."""
+    at = caused.get(event.id)
+    if at is not None:
+        return at
+    own = event.t_ms if event.causation is not None else 0
+    return max(own, stored_ms or 0)
 
 
 def heard_at(event: Event) -> int:

@@ -94,7 +94,7 @@ async def answered(stage: Stage, run: str, danmaku: str) -> bool:
     for family in ("cue", "danmaku"):
         for m in await read_stream(stage.js, stream_name(family), [f"{PREFIX}.{run}.>"]):
             e: Event = codec.decode(m.data)
-            if e.causation == danmaku and e.type != "danmaku.received":
+            if e.causation == danmaku and e.type != "danmaku.received" and e.answers:  # waiting is no outcome
                 return True
     return False
 

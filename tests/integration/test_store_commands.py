@@ -21,6 +21,7 @@ from app.summary import event_counts
 from events import codec
 from events.base import Event, registry
 from events.cue import CueIssued
+from events.danmaku import DanmakuWaiting
 from events.viseme import VisemeTrack
 from infra.settings import RUN_SCOPED, Settings, variable
 from schedulers.stage import StagePolicy
@@ -83,6 +84,14 @@ async def test_inspect_reports_roles_latencies_and_one_causal_chain(demo, capsys
     for hop in ("cue.issued", "utterance.chunk", "audio.chunk", "viseme.track", "frame.rendered"):
         assert hop in types
     assert types.index("cue.issued") < types.index("utterance.chunk") < types.index("audio.chunk")
+    # A comment that waited for the floor: its chain says from when, and how long until its outcome.
+    waited = _events(engine, result.run, "danmaku.waiting")[0]
+    assert isinstance(waited, DanmakuWaiting) and waited.correlation is not None
+    code, out, _ = await troupe(capsys, *env_args(settings), "inspect", result.run,
+                                "--correlation", waited.correlation, "--json")
+    assert code == 0
+    w = orjson.loads(out)["waited"]
+    assert w["from_ms"] == waited.heard_ms and w["outcome"] is not None and w["ms"] >= 0, w
     # Each role's pace as its llm worker measured it, and the floor planned from it (with why).
     measured = doc["pace"]["measured"]
     assert set(measured) <= set(doc["roles"]) and measured, doc["pace"]

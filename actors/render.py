@@ -449,7 +449,8 @@ def draw_frames(
         frames.append(FrameRendered(
             id=derive_id(run.id, f"frame{shot.n}"), run=run.run, t_ms=shot.t, n=shot.n, width=width,
             height=height, resolution=resolution_name(height), speaking=shot.marks, late_ms=late,
-            track=shot.track.id if shot.track is not None else None, faces=shot.faces,
+            track=shot.track.id if shot.track is not None else None,
+            track_end_ms=shot.track.end_ms if shot.track is not None else None, faces=shot.faces,
             background=getattr(renderer, "background", ""), encoder=encoder, jpeg=jpeg,
         ))
     return frames

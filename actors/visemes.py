@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
 from events.viseme import VisemeCut, VisemeMark, VisemeTrack
@@ -112,6 +112,22 @@ def apply_cuts(tracks: Iterable[VisemeTrack], cuts: Iterable[VisemeCut]) -> dict
         if kept is not None:
             out[track.id] = kept
     return out
+
+
+def as_drawn(track_id: str | None, end_ms: int | None, whole: Mapping[str, VisemeTrack],
+             cut: Mapping[str, VisemeTrack]) -> VisemeTrack | None:
+    """The track a recorded frame drew (``FrameRendered.track`` and ``track_end_ms``): the recorded
+    track as it stood when the frame was drawn, cut where the frame says it ended; a cut that came
+    after the frame was drawn is not applied.  A frame that does not say (``end_ms`` None, recorded
+    before frames did) gets the track as the recorded cuts leave it (``cut``: ``apply_cuts``)."""
+    if track_id is None:
+        return None
+    if end_ms is None:
+        return cut.get(track_id)
+    track = whole.get(track_id)
+    if track is None or end_ms >= track.end_ms:
+        return track
+    return cut_track(track, end_ms)
 
 
 def cut_track(track: VisemeTrack, at_ms: int) -> VisemeTrack | None:

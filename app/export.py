@@ -42,14 +42,14 @@ class ExportResult:
 def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int | None = None) -> ExportResult:
     from actors.render import Redrawer, batches, frame_count
     from actors.sink import SinkActor
-    from actors.visemes import apply_cuts
+    from actors.visemes import apply_cuts, as_drawn
 
     begun = time.perf_counter()
     info = run_info(engine, run)
     rows = list(iter_rows(engine, run))
     start = run_started(rows)
-    tracks = sorted(apply_cuts((r.event for r in rows if isinstance(r.event, VisemeTrack)),
-                               (r.event for r in rows if isinstance(r.event, VisemeCut))).values(),
+    whole = {r.event.id: r.event for r in rows if isinstance(r.event, VisemeTrack)}
+    tracks = sorted(apply_cuts(whole.values(), (r.event for r in rows if isinstance(r.event, VisemeCut))).values(),
                     key=lambda t: t.start_ms)
     starts = [t.start_ms for t in tracks]
     by_id = {t.id: t for t in tracks}
@@ -68,7 +68,7 @@ def export(engine: Engine, run: str, out: Path, settings: Settings, workers: int
         wall = redraw.wall_at(n * 1000 // start.fps)
         if frame is not None:
             resolution, faces, wall = frame.resolution, frame.faces, frame.background
-            track = by_id.get(frame.track) if frame.track else None
+            track = as_drawn(frame.track, frame.track_end_ms, whole, by_id)
         else:
             i = bisect.bisect_right(starts, n * 1000 // start.fps) - 1
             track = tracks[i] if i >= 0 else None

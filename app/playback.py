@@ -92,11 +92,11 @@ def prepare(
     wanted = _select(everything, types, from_ms, to_ms)
     mapper = _Mapper((r.event.id for r in everything), into)
     from actors.render import Redrawer
-    from actors.visemes import apply_cuts
+    from actors.visemes import apply_cuts, as_drawn
     from infra.settings import load_settings
 
-    tracks = apply_cuts((r.event for r in everything if isinstance(r.event, VisemeTrack)),
-                        (r.event for r in everything if isinstance(r.event, VisemeCut)))
+    whole = {r.event.id: r.event for r in everything if isinstance(r.event, VisemeTrack)}
+    tracks = apply_cuts(whole.values(), (r.event for r in everything if isinstance(r.event, VisemeCut)))
     redraw = Redrawer(start, load_settings(environ={}), memo_size=64,
                       faces=(r.event for r in in_stream_order(everything, FaceChanged)))
     out: list[Message] = []
@@ -109,7 +109,7 @@ def prepare(
             doc["payload"]["replay_of"] = run
             doc["payload"]["started_at_ms"] = started_at_ms if started_at_ms is not None else int(time.time() * 1000)
         if isinstance(e, FrameRendered) and row.blob_digest is not None:
-            blob = redraw.draw(e.n, tracks.get(e.track) if e.track else None, e.resolution, e.faces,
+            blob = redraw.draw(e.n, as_drawn(e.track, e.track_end_ms, whole, tracks), e.resolution, e.faces,
                                e.background).jpeg
         data = orjson.dumps(doc)
         if blob is not None:

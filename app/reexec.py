@@ -240,11 +240,11 @@ def _replay_handler(
 
 def _frames(run: RunStarted, settings: Settings, rec: _Recording, workers: int) -> Iterator[Divergence | int]:
     from actors.render import Redrawer, batches
-    from actors.visemes import apply_cuts
+    from actors.visemes import apply_cuts, as_drawn
 
     frames = sorted((r for r in rec.rows if isinstance(r.event, FrameRendered)), key=lambda r: r.event.n)  # type: ignore[attr-defined]
-    tracks = apply_cuts((r.event for r in rec.rows if isinstance(r.event, VisemeTrack)),
-                        (r.event for r in rec.rows if isinstance(r.event, VisemeCut)))
+    whole = {r.event.id: r.event for r in rec.rows if isinstance(r.event, VisemeTrack)}
+    tracks = apply_cuts(whole.values(), (r.event for r in rec.rows if isinstance(r.event, VisemeCut)))
     redraw = Redrawer(run, settings, memo_size=512,
                       faces=(r.event for r in in_stream_order(rec.rows, FaceChanged)))
     jobs: list[tuple[Row, Job]] = []
@@ -257,7 +257,7 @@ def _frames(run: RunStarted, settings: Settings, rec: _Recording, workers: int) 
             yield Divergence("render", row.pos, frame.id, frame.type, "differs", comparable(frame, _recorded_digest(row)),
                              None, rec.chain(frame.id))
             continue
-        track = tracks.get(frame.track) if frame.track else None
+        track = as_drawn(frame.track, frame.track_end_ms, whole, tracks)
         jobs.append((row, (frame.n, track, frame.resolution, frame.faces, frame.background)))
 
     def draw(batch: Sequence[tuple[Row, Job]]) -> list[tuple[Row, dict[str, Any]]]:

@@ -9,8 +9,9 @@ import numpy as np
 
 from actors.backends.render_torch import encode_jpeg
 from actors.kernel import ListFeed
-from actors.render import RenderActor
+from actors.render import Redrawer, RenderActor
 from actors.sink import SAMPLE_RATE, SinkActor
+from actors.visemes import apply_cuts, as_drawn
 from events.audio import AudioChunk, PhonemeMark
 from events.frame import FrameRendered
 from events.run import RunEnded
@@ -35,6 +36,33 @@ def test_the_renderer_stops_the_mouth_at_the_cut(tmp_path: Path) -> None:
     frames = {e.n: e for e in feed.advance(2500) if isinstance(e, FrameRendered)}  # all drawn after the cut came
     speaking = {n: bool(frames[n].speaking) for n in (5, 9, 10, 11, 60)}  # 200, 360, 400, 440 and 2400 ms
     assert speaking == {5: True, 9: True, 10: False, 11: False, 60: False}
+
+
+def test_frames_drawn_before_the_cut_came_are_redrawn_as_they_were_drawn(tmp_path: Path) -> None:
+    # Frames at 200-440 ms drawn while the track was whole; the cut at 400 ms arrives after them
+    # (a loaded renderer, a takeover): each frame says where its track ended as drawn, and
+    # re-execution and export redraw it so, not with the cut that came later.
+    run = demo_run("r1", resolution="360p")
+    feed = ListFeed(RenderActor(load_settings(environ={}, out_dir=tmp_path)), run)
+    feed.handle(run, at_ms=0)
+    whole = track(0, 2000)
+    feed.handle(whole, at_ms=10)
+    before = {e.n: e for e in feed.advance(480) if isinstance(e, FrameRendered)}
+    cut = VisemeCut(id="cut", run="r1", utterance="u1", at_ms=400, by="gift")
+    feed.handle(cut, at_ms=500)
+    after = {e.n: e for e in feed.advance(800) if isinstance(e, FrameRendered)}
+    assert before[11].speaking and before[11].track_end_ms == 2000  # 440 ms, drawn before the cut came
+    assert not after[15].speaking and after[15].track is None  # 600 ms, drawn after: the reply is over
+    tracks, cuts = {whole.id: whole}, apply_cuts([whole], [cut])
+    redraw = Redrawer(run, load_settings(environ={}, out_dir=tmp_path))
+    for frame in (before[11], after[15]):
+        again = redraw.draw(frame.n, as_drawn(frame.track, frame.track_end_ms, tracks, cuts), frame.resolution,
+                            frame.faces, frame.background)
+        assert again.jpeg == frame.jpeg and again.speaking == frame.speaking, frame.n
+    # With the cut that came later applied, frame 11 would be drawn silent: not what viewers saw.
+    assert not redraw.draw(11, cuts.get(whole.id), "360p", before[11].faces).speaking
+    # A frame recorded before frames said where their track ended: the recorded cuts apply.
+    assert as_drawn(whole.id, None, tracks, cuts) == cuts[whole.id]
 
 
 def test_the_sink_stops_the_audio_at_the_cut(tmp_path: Path) -> None:

@@ -1,11 +1,11 @@
-"""Test helpers: a demo run and a context, to drive handlers without NATS."""
+"""Test helpers: a demo run to feed actors through the kernel (``actors.kernel.ListFeed``), and
+the streams' and store's counts."""
 
 from __future__ import annotations
 
 from nats.js import JetStreamContext
 from sqlalchemy import Engine, func, select
 
-from actors.base import Context
 from app.shows import load_show
 from events.run import RunStarted
 from events.subjects import FAMILIES, stream_name
@@ -17,10 +17,6 @@ def demo_run(run: str = "r1", seed: int = 7, resolution: str = "360p") -> RunSta
         id=f"{run}-start", run=run, show=load_show().to_dict(), seed=seed, resolution=resolution,
         started_at_ms=1_000_000,
     )
-
-
-def ctx(now_ms: int = 0, run: RunStarted | None = None) -> Context:
-    return Context(run if run is not None else demo_run(), now_ms)
 
 
 async def stream_counts(js: JetStreamContext, run: str) -> dict[str, int]:

@@ -36,12 +36,12 @@ __all__ = [
 Handled = Iterable[Event]  # what a handler returns: a list, or a generator that streams
 # Starts a timer: ``fn`` is called once after ``seconds`` (on another thread) unless the function
 # returned is called first.
-StartTimer = Callable[[float, Callable[[], None]], Callable[[], None]]
+StartTimer = Callable[[float, Callable[[], object]], Callable[[], None]]
 DROPPED = "dropped"  # the reason an input's Cancel gets when another input drops it whole (``cancels``)
 log = logging.getLogger(__name__)
 
 
-def start_timer(seconds: float, fn: Callable[[], None]) -> Callable[[], None]:
+def start_timer(seconds: float, fn: Callable[[], object]) -> Callable[[], None]:
     """The default ``StartTimer``: a daemon ``threading.Timer``."""
     timer = threading.Timer(seconds, fn)
     timer.daemon = True
@@ -82,9 +82,6 @@ class Cancel:
     def cancel(self, reason: str) -> bool:
         """Cancel it (and its scopes) for ``reason``; False when it already was (its reason stays)."""
         return self._cancel(reason, None)
-
-    def _fire(self, reason: str, armed: object) -> None:
-        self._cancel(reason, armed)
 
     def _cancel(self, reason: str, armed: object) -> bool:
         with self._lock:
@@ -138,7 +135,7 @@ class Cancel:
             if self._reason is not None:
                 return _nothing
             self._timers[armed] = _nothing
-        stop = self._timer(ms / 1000, functools.partial(self._fire, reason, armed))
+        stop = self._timer(ms / 1000, functools.partial(self._cancel, reason, armed))
         with self._lock:
             gone = armed not in self._timers  # fired, or cancelled (or closed) meanwhile
             if not gone:

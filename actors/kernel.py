@@ -276,7 +276,7 @@ class Kernel(Generic[P]):
         """Release every run still held (the process stops): what their states hold outside
         Python is finished (a video still being written gets its index).  One that fails does not
         keep the others from closing."""
-        for run in list(self.runs.keys() | self.states.keys()):
+        for run in list(self.runs):  # a held run has its state too (``_open``, ``release``)
             try:
                 self.release(run)
             except Exception:

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Engine
 
 from app.airtime import airtime
-from app.summary import live_outputs, quantiles
+from app.summary import OUTCOMES, live_outputs, quantiles
 from events.base import Event
 from events.cue import StagePaced
 from events.danmaku import (
@@ -32,7 +32,6 @@ from events.utterance import UtteranceDropped
 from events.viseme import FaceChanged, VisemeCut
 from store.queries import Row, iter_rows, run_info
 
-OUTCOMES = frozenset({"cue.issued", "cue.merged", "danmaku.skipped", "danmaku.rejected"})  # a danmaku has one
 DECISIONS = frozenset({"qos.resolution_changed", "qos.throttle_changed", "qos.anomaly", "role.weights_changed"})
 HOPS = ("cue.issued", "utterance.chunk", "audio.chunk", "viseme.track", "frame.rendered")
 _HOP_NAMES = {

@@ -32,7 +32,7 @@ from sqlalchemy import Engine
 
 from actors.base import Actor, ClockedActor
 from actors.kernel import Kernel, admit, replay
-from actors.runtime.takeover import heard_at
+from actors.runtime.takeover import handled_at, heard_at
 from app.registry import REEXECUTED, Wiring, entry
 from events import codec
 from events.audio import AudioChunk
@@ -203,8 +203,8 @@ def _replay_handler(
             mine = [r for r in rec.by_cause.get(row.event.id, []) if r.event.type in owned]
             if mine:
                 now = min(heard_at(r.event) for r in mine)
-            elif row.event.causation is not None:  # never before it was emitted
-                now = max(now, row.event.t_ms)
+            else:  # never before it was emitted
+                now = max(now, handled_at(row.event, {}))
             yield now, row.event
 
     rows = {id(row.event): row for row in inputs}

@@ -153,9 +153,9 @@ def test_a_cue_dropped_whole_before_it_is_handed_out_gets_a_cancelled_token() ->
 
 
 def test_a_token_s_after_fires_on_the_kernel_s_timer_unless_disarmed() -> None:
-    started: list[tuple[float, Callable[[], None]]] = []
+    started: list[tuple[float, Callable[[], object]]] = []
 
-    def timer(seconds: float, fn: Callable[[], None]) -> Callable[[], None]:
+    def timer(seconds: float, fn: Callable[[], object]) -> Callable[[], None]:
         started.append((seconds, fn))
         return lambda: None
 

@@ -14,7 +14,8 @@ each live run's state from the streams, then goes on where the last holder stopp
    stream order and handled again, as re-execution does, each at the show time it was
    handled then: the earliest of the times its outputs record (a deferred decision's
    ``heard_ms``; a comment the director let wait says when it took it in, ``danmaku.waiting``),
-   else (it caused nothing yet) the time of the input before it.  Families
+   else (it caused nothing yet) the time of the input before it, never before the server stored
+   it (``handled_at``).  Families
    in ``rebuild_skips`` are not read (the sink's frames).  What these calls emit is thrown
    away: it was published already.
 3. An actor whose decisions come from its clock (the director) has its clock run up to

@@ -41,6 +41,7 @@ from events.subjects import (
     MODERATOR,
     PREFIX,
     family_filter,
+    file_store_bytes,
     stream_name,
 )
 from infra.lease import BUCKET as LEASES
@@ -174,7 +175,8 @@ def server_config(port: int = 4222, monitor_port: int = 8222, store_dir: str = "
         f"port: {port}",
         f"http_port: {monitor_port}",
         "max_payload: 8MB  # frames and oversized comments (as troupe up's embedded server)",
-        f'jetstream {{ store_dir: "{store_dir}" }}',
+        f'jetstream {{ store_dir: "{store_dir}", max_file_store: {file_store_bytes()} }}'
+        "  # what the streams reserve; unset, 75% of the disk free at start",
         "authorization {",
         "  users: [",
     ]

@@ -125,3 +125,16 @@ def stream_specs(frame_max_age_s: float = 600.0) -> tuple[StreamSpec, ...]:
         else:
             specs.append(StreamSpec(family, 7 * _DAY, 2 * _GIB, 1024 * 1024))
     return tuple(specs)
+
+
+def file_store_bytes() -> int:
+    """What a NATS server's JetStream needs as ``max_file_store`` for Troupe's streams.
+
+    JetStream reserves each stream's ``max_bytes`` up front and refuses a stream that does
+    not fit (10047, "insufficient storage resources available").  Left unset, a server's
+    limit is 75% of the disk free when it starts, so a machine with less than about 46 GiB
+    free could not create them.  The streams are bounded by age too, and use what they
+    hold, not what they reserve: this is the sum of their byte limits with room for the
+    KV buckets, in whole GiB."""
+    reserved = sum(spec.max_bytes for spec in stream_specs())
+    return (reserved // _GIB + 2) * _GIB

@@ -23,7 +23,14 @@ from nats.js.errors import APIError, NoStreamResponseError, NotFoundError, Servi
 from events import codec
 from events.base import Event
 from events.errors import BusError, ConfigError
-from events.subjects import StreamSpec, family_filter, stream_name, stream_specs, subject_for
+from events.subjects import (
+    StreamSpec,
+    family_filter,
+    file_store_bytes,
+    stream_name,
+    stream_specs,
+    subject_for,
+)
 
 log = logging.getLogger(__name__)
 
@@ -130,16 +137,28 @@ async def provision_streams(js: JetStreamContext, frame_max_age_s: float = 600.0
     for spec in stream_specs(frame_max_age_s):
         wanted = _stream_config(spec, replicas)
         try:
-            info = await js.stream_info(spec.name)
-        except NotFoundError:
-            await js.add_stream(wanted)
-            changed.append(spec.name)
-            continue
-        current = info.config
-        if any(getattr(current, k) != getattr(wanted, k) for k in _COMPARED):
-            await js.update_stream(wanted)
-            changed.append(spec.name)
+            try:
+                info = await js.stream_info(spec.name)
+            except NotFoundError:
+                await js.add_stream(wanted)
+                changed.append(spec.name)
+                continue
+            current = info.config
+            if any(getattr(current, k) != getattr(wanted, k) for k in _COMPARED):
+                await js.update_stream(wanted)
+                changed.append(spec.name)
+        except APIError as exc:
+            if exc.err_code == NO_STORAGE:
+                raise BusError(
+                    f"NATS cannot reserve {spec.max_bytes // 2**30} GiB for stream {spec.name}: its JetStream file "
+                    f"store is too small; give the server `max_file_store: {file_store_bytes()}` in its jetstream "
+                    "block (`troupe nats-config` writes it; left unset, it is 75% of the disk free at its start)"
+                ) from None
+            raise
     return changed
+
+
+NO_STORAGE = 10047  # JetStream: "insufficient storage resources available"
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from pathlib import Path
 from types import TracebackType
 
 from events.errors import BusError
+from events.subjects import file_store_bytes
 
 log = logging.getLogger(__name__)
 ANNOUNCEMENT = "nats.json"  # in the state dir: where a running embedded server listens
@@ -136,7 +137,7 @@ class EmbeddedNats:
         text = (
             f'listen: "127.0.0.1:{self.port}"\n'
             "max_payload: 8MB\n"
-            f'jetstream {{ store_dir: "{self.state_dir.resolve()}" }}\n'
+            f'jetstream {{ store_dir: "{self.state_dir.resolve()}", max_file_store: {file_store_bytes()} }}\n'
         )
         if self.cluster is not None:
             text += self.cluster.config()

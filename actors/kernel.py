@@ -25,7 +25,11 @@ The kernel owns, for all of them:
   whole (``ScheduledActor.urgent``, ``gives_way``, ``cancels``), with the bookkeeping, the
   locking and the timers (``Cancel.after``) here, not in the actor;
 - a handler's clock: ``Context.now()``, the show time as the feed's clock says (``clock``: the
-  runtime's; none for the list and store feeds, where no time passes inside a handler).
+  runtime's; none for the list and store feeds, where no time passes inside a handler);
+- the order a stateful actor took its inputs in: it reads several streams, whose messages reach
+  it in an order none of them holds, so what its handlers emit is stamped with the stream
+  positions it had taken in (``Event.seen``), and a recorded run's inputs are handed to it again
+  in that order (``handling_order``), by re-execution and by a takeover alike.
 
 The caller brings what needs a lookup or a clock (the run's start, whether the actor joins
 it, whether an input came after the run's end, the time) and takes the outputs away.
@@ -33,12 +37,14 @@ it, whether an input came after the run's end, the time) and takes the outputs a
 
 from __future__ import annotations
 
+import bisect
+import dataclasses
 import functools
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 from actors.base import (
     DROPPED,
@@ -59,8 +65,8 @@ from schedulers.batching import Job, RoleScheduler
 from schedulers.priority import PriorityPolicy
 
 __all__ = [
-    "HANDLE", "QUEUED", "REFUSE", "SKIP", "Admission", "Batch", "Emitted", "Kernel", "ListFeed", "Taken", "admit",
-    "replay",
+    "HANDLE", "QUEUED", "REFUSE", "SKIP", "Admission", "Batch", "Emitted", "Fed", "Kernel", "ListFeed", "Recorded",
+    "Taken", "admit", "handled_at", "handling_order", "heard_at", "replay",
 ]
 HANDLE, SKIP, REFUSE, QUEUED = "handle", "skip", "refuse", "queued"
 log = logging.getLogger(__name__)
@@ -217,6 +223,10 @@ class Kernel(Generic[P]):
         self._urgent: dict[str, Event] = {}    # urgent inputs noticed and not yet taken up
         self._dropped: dict[str, None] = {}    # inputs dropped whole, oldest first (bounded)
         self._working: dict[str, _Working] = {}  # the inputs of the batches handed out and not served
+        # A stateful actor reading several streams stamps its handlers' outputs with what it had
+        # taken in of each run: per family, the stream position of the last input (``Event.seen``).
+        self.stamps = actor.takes_over and len({i.family for i in actor.inputs}) > 1
+        self._seen: dict[str, dict[str, int]] = {}
 
     # -- runs --------------------------------------------------------------------
 
@@ -264,6 +274,7 @@ class Kernel(Generic[P]):
         """Drop a run: the actor's state for it goes (``Actor.close_run`` first), and the kernel's."""
         self.runs.pop(run, None)
         self._settings.pop(run, None)
+        self._seen.pop(run, None)
         with self._lock:
             for key in [k for k, e in self._urgent.items() if e.run == run]:
                 del self._urgent[key]
@@ -299,11 +310,12 @@ class Kernel(Generic[P]):
     # -- one input ---------------------------------------------------------------
 
     def take(self, event: Event, run: RunStarted | None, now_ms: int, *, joins: bool = True, late: bool = False,
-             payload: P | None = None, wall_ms: int | None = None) -> Taken:
+             payload: P | None = None, wall_ms: int | None = None, seq: int | None = None) -> Taken:
         """Admit one input and queue it (a scheduled actor's work) or make its handling, at show
         time ``now_ms``, ready to call (``Taken.handle``).  ``run`` is the run's start as the caller knows it (None: unknown); a run's
         start is its own.  ``wall_ms`` orders a queued input (default: the run's start plus
-        ``now_ms``)."""
+        ``now_ms``).  ``seq``: its stream position (JetStream's sequence; None where there is
+        none), which the outputs of an actor that ``stamps`` record (``Event.seen``)."""
         actor = self.actor
         prepared = self.prepared.pop(event.id, None) if self.prepared else None
         if isinstance(event, RunStarted):
@@ -329,6 +341,13 @@ class Kernel(Generic[P]):
                            event.run, wall)
             return Taken(decision, ctx, queued=True)
         self._taken_up([event])  # an urgent input handled at once (a late one): nothing gives way to it
+        if self.stamps and run is not None and run.run in self.runs and not decision.ended:
+            seen = self._seen.setdefault(run.run, {})
+            if seq is not None:
+                family = event.type.split(".", 1)[0]
+                seen[family] = max(seen.get(family, 0), seq)
+            if seen:
+                return Taken(decision, ctx, call=functools.partial(_stamped, dict(seen), actor.handle, event, ctx))
         return Taken(decision, ctx, call=functools.partial(actor.handle, event, ctx))
 
     def prepare(self, event: Event) -> None:
@@ -491,6 +510,16 @@ def _raise(exc: BaseException) -> Handled:
     raise exc
 
 
+def _stamped(seen: dict[str, int], handle: Callable[[Event, Context], Handled], event: Event, ctx: Context) -> Handled:
+    """A handler's outputs of the input's run, stamped with what the actor had taken in of it (a
+    generator's as they are yielded)."""
+    outputs = handle(event, ctx)
+    run = event.run
+    if isinstance(outputs, list | tuple):
+        return [dataclasses.replace(o, seen=seen) if o.run == run else o for o in outputs]
+    return (dataclasses.replace(o, seen=seen) if o.run == run else o for o in outputs)
+
+
 # -- the list feed: tests and benchmarks ----------------------------------------------------
 
 
@@ -605,14 +634,111 @@ class ListFeed:
 # -- the store feed: re-execution, a takeover's rebuild, export ---------------------------------
 
 
-def replay(kernel: Kernel[Event], run: RunStarted, inputs: Iterable[tuple[int, Event]],
+class Fed(NamedTuple):
+    """A recorded input handed to a kernel again: the show time it was handled at, the input, and
+    its stream position (None: not known)."""
+
+    at_ms: int
+    event: Event
+    seq: int | None = None
+
+
+class Recorded(NamedTuple):
+    """A recorded input of an actor: the event, its stream position, and the show time the server
+    stored it at (None: either not known)."""
+
+    event: Event
+    seq: int | None = None
+    stored_ms: int | None = None
+
+
+def heard_at(event: Event) -> int:
+    """When the actor took in the input that caused ``event`` (a deferred decision says so)."""
+    heard = getattr(event, "heard_ms", None)
+    return event.t_ms if heard is None else int(heard)
+
+
+def handled_at(event: Event, caused: Mapping[str, int], stored_ms: int | None = None) -> int:
+    """The earliest show time an actor can have handled ``event`` at: when it handled it, where
+    its outputs record it (``caused``); else when it was published: the server stored it at
+    ``stored_ms`` (show time), and an input some actor emitted was emitted at its ``t_ms``.  One
+    consumer hands its inputs over in stream order, so the caller takes the later of this and the
+    input before it in the same stream: an input that caused nothing is taken as handled with
+    the one before it, never before it existed (a dropped reply's rest, emitted long after the
+    drop before it, is not handled before the reply's chunks)."""
+    at = caused.get(event.id)
+    if at is not None:
+        return at
+    own = event.t_ms if event.causation is not None else 0
+    return max(own, stored_ms or 0)
+
+
+def handling_order(inputs: Mapping[str, Sequence[Recorded]], outputs: Iterable[Event]) -> list[Fed]:
+    """A recorded run's inputs to one actor (per family, each in its stream's order) in the order
+    the actor took them in, each at the show time it was handled, as its outputs (``outputs``:
+    the actor's own, as recorded) say.
+
+    - Order: what a handler emitted records the stream positions the actor had taken in
+      (``Event.seen``): each such mark is a point in the handling order, and an input goes after
+      the marks that had not taken it in and before the first that had, the input that caused the
+      mark last.  Between two marks (and where outputs carry none: recorded before they did, or an
+      actor that reads one stream) inputs go by the time they can first have been handled, each
+      never before the one before it in its stream, then by family and stream order.  The run's
+      start goes first: it opens the run.
+    - Time: an input that caused outputs was handled when they say (``heard_at``); one that caused
+      nothing, with the input before it, never before it existed (``handled_at``)."""
+    outputs = list(outputs)
+    caused: dict[str, int] = {}
+    for out in outputs:
+        if out.causation is not None:
+            at = heard_at(out)
+            caused[out.causation] = min(at, caused.get(out.causation, at))
+    families = list(inputs)
+    marks: dict[tuple[int, ...], set[str]] = {}
+    for out in outputs:
+        if out.seen and set(out.seen) <= set(families):
+            marks.setdefault(tuple(out.seen.get(f, 0) for f in families), set()).add(out.causation or "")
+    order = sorted(marks, key=sum)
+    columns = []
+    for i in range(len(families)):  # never back: a mark has taken in all that the one before it had
+        column, high = [], 0
+        for mark in order:
+            high = max(high, mark[i])
+            column.append(high)
+        columns.append(column)
+    # An input whose position is not known goes by time: before the first mark made after it.
+    times, high = [], 0
+    for mark in order:
+        high = max(high, min((caused[c] for c in marks[mark] if c in caused), default=high))
+        times.append(high)
+    keyed = []
+    for i, family in enumerate(families):
+        at = 0
+        for k, rec in enumerate(inputs[family]):
+            at = max(at, handled_at(rec.event, caused, rec.stored_ms))
+            group = -1 if isinstance(rec.event, RunStarted) else bisect.bisect_left(  # a run's start opens it
+                columns[i] if rec.seq is not None else times, rec.seq if rec.seq is not None else at)
+            last = 0 <= group < len(order) and rec.event.id in marks[order[group]]
+            keyed.append(((group, last, at, i, k), rec))
+    keyed.sort(key=lambda item: item[0])
+    fed, now = [], 0
+    for _, rec in keyed:
+        known = caused.get(rec.event.id)
+        now = known if known is not None else max(now, handled_at(rec.event, {}, rec.stored_ms))
+        fed.append(Fed(now, rec.event, rec.seq))
+    return fed
+
+
+def replay(kernel: Kernel[Event], run: RunStarted, inputs: Iterable[tuple[int, Event] | Fed],
            clock_to_ms: int | None = None) -> Iterator[tuple[Event | None, Handled]]:
     """Hand a recorded run's inputs to the kernel, each at the show time it was handled then
-    (its outputs record it), in the order given (the order the actor took them in); then, for
-    a clocked actor, run its clock up to ``clock_to_ms`` (its last recorded decision).  Yields
-    each input handled with its outputs (``None`` for the clock's), as they are made."""
-    for at_ms, event in inputs:
-        taken = kernel.take(event, run, at_ms)
+    (its outputs record it), with its stream position where known, in the order given (the
+    order the actor took them in: ``handling_order``); then, for a clocked actor, run its clock
+    up to ``clock_to_ms`` (its last recorded decision).  Yields each input handled with its
+    outputs (``None`` for the clock's), as they are made."""
+    for item in inputs:
+        at_ms, event = item[0], item[1]
+        taken = kernel.take(event, run, at_ms, seq=item[2] if len(item) > 2 else None)  # type: ignore[misc]
         if taken.handled:
             yield event, taken.handle()
         yield from _drain(kernel, run, at_ms)

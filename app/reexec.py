@@ -23,7 +23,7 @@ import hashlib
 import itertools
 import os
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,17 +31,13 @@ import orjson
 from sqlalchemy import Engine
 
 from actors.base import Actor, ClockedActor
-from actors.kernel import Kernel, admit, replay
-from actors.runtime.takeover import handled_at, heard_at
+from actors.kernel import Kernel, Recorded, admit, handling_order, replay
 from app.registry import REEXECUTED, Wiring, entry
 from events import codec
-from events.audio import AudioChunk
 from events.base import Event
-from events.danmaku import DanmakuReceived, OperatorControl, RolePaceMeasured, SpeechPlaced
 from events.errors import ConfigError
 from events.frame import FaceMark, FrameRendered
-from events.run import RunStarted
-from events.utterance import UtteranceDropped
+from events.run import RunEnded, RunStarted
 from events.viseme import FaceChanged, VisemeCut, VisemeTrack
 from infra.metrics import Metrics
 from infra.settings import Settings, load_settings
@@ -135,86 +131,32 @@ class _Recording:
         return tuple(reversed(out))
 
 
-def _lipsync_inputs(rows: list[Row], rec: _Recording) -> list[Row]:
-    """Audio chunks in stream order, with the dropped replies placed among them by the show time
-    each was handled at (a second stream: its order against the first is timing), as the
-    outputs they caused say (lipsync tells the director of every drop it takes in)."""
-    chunks = in_stream_order(rows, AudioChunk)
-    drops = [r for r in rows if isinstance(r.event, UtteranceDropped) and r.event.causation not in
-             {c.event.id for c in chunks}]
-    if not drops:
-        return chunks
-
-    def handled_at(row: Row) -> int:
-        mine = rec.by_cause.get(row.event.id, [])
-        return min((r.event.t_ms for r in mine), default=row.event.t_ms)
-
-    # A reply of which nothing was placed and no chunk caused anything, dropped: its chunks came
-    # after the drop (they were let go), whatever their own show time says.
-    placed = {r.event.utterance for r in rows if isinstance(r.event, VisemeTrack)}
-    idle: dict[str, int] = {}
-    busy: set[str] = set()  # replies one of whose chunks caused something: their order is known
-    for c in chunks:
-        utt = c.event.utterance  # type: ignore[attr-defined]
-        if rec.by_cause.get(c.event.id):
-            busy.add(utt)
-        else:
-            idle[utt] = min(c.event.t_ms, idle.get(utt, c.event.t_ms))
-    # A drop that caused nothing came once its reply was over for lipsync (it had told the
-    # director so): after the input that ended it.
-    over = {r.event.utterance: r.event.t_ms for r in rows if isinstance(r.event, SpeechPlaced) and r.event.done}
-    merged = [(handled_at(r), 0, i, r) for i, r in enumerate(chunks)]
-    for i, r in enumerate(drops):  # when lipsync took it in, as what it caused says
-        utt = r.event.utterance  # type: ignore[attr-defined]
-        if utt not in placed and utt in idle and utt not in busy:
-            merged.append((min(handled_at(r), idle[utt]), -1, i, r))
-        elif not rec.by_cause.get(r.event.id) and utt in over:
-            merged.append((max(r.event.t_ms, over[utt]), 1, i, r))
-        else:
-            merged.append((handled_at(r), 1, i, r))
-    return [r for *_, r in sorted(merged, key=lambda x: (x[0], x[1], x[2]))]
-
-
-def _director_inputs(rows: list[Row]) -> list[Row]:
-    """The director's one ordered log: the run's start, then the danmaku stream (comments, the
-    operator's controls, the roles' measured pace and where lipsync placed speech) in its order.  The run's end is not fed: the recording ends there, and
-    the clock is run up to the last recorded decision instead."""
-    started = [r for r in rows if isinstance(r.event, RunStarted)]
-    return started[:1] + in_stream_order(rows, (DanmakuReceived, OperatorControl, RolePaceMeasured, SpeechPlaced))
+def _recorded_inputs(actor: Actor, run: RunStarted, rows: list[Row]) -> dict[str, list[Recorded]]:
+    """An actor's recorded inputs, per family in stream order: those it takes (``admit``), up to
+    the run's end (not fed: the recording ends there, and a clocked actor's clock is run up to its
+    last recorded decision instead)."""
+    out: dict[str, list[Recorded]] = {}
+    for row in in_stream_order(rows, tuple(actor.consumes)):
+        if not isinstance(row.event, RunEnded) and admit(actor, row.event, run).handled:
+            out.setdefault(row.event.type.split(".", 1)[0], []).append(Recorded(row.event, row.stream_seq))
+    return out
 
 
 def _replay_handler(
-    name: str, actor: Actor, run: RunStarted, inputs: list[Row], owned: frozenset[str], rec: _Recording,
+    name: str, actor: Actor, run: RunStarted, rows: list[Row], owned: frozenset[str], rec: _Recording,
     clocked: bool = False,
 ) -> Iterator[Divergence | int]:
-    """Feed one actor's kernel its inputs, each at the show time it was handled (and, when
-    ``clocked``, its clock up to its last recorded output); yields divergences, and the count
-    checked at the end."""
+    """Feed one actor's kernel its recorded inputs in the order it took them in, each at the show
+    time it was handled (``handling_order``: its outputs record both), and, when ``clocked``, its
+    clock up to its last recorded output; yields divergences, and the count checked at the end."""
     produced: set[str] = set()
     checked = 0
-
-    def timed() -> Iterator[tuple[int, Event]]:
-        """Each input at the show time it was handled: the earliest its outputs record, else (it
-        caused nothing) the time of the input before it, or its own when it was emitted later."""
-        now = 0
-        for row in inputs:
-            if not admit(actor, row.event, run).handled:  # not the actor's: it does not move the clock
-                continue
-            mine = [r for r in rec.by_cause.get(row.event.id, []) if r.event.type in owned]
-            if mine:
-                now = min(heard_at(r.event) for r in mine)
-            else:  # never before it was emitted
-                now = max(now, handled_at(row.event, {}))
-            yield now, row.event
-
-    rows = {id(row.event): row for row in inputs}
-    last = max((r.event.t_ms for r in rec.rows if r.event.type in owned), default=0) if clocked else None
-
-    def calls() -> Iterator[tuple[Row | None, Iterable[Event]]]:
-        for event, outputs in replay(Kernel(actor), run, timed(), last):
-            yield (rows.get(id(event)) if event is not None else None), outputs
-
-    for row, outputs in calls():
+    inputs = _recorded_inputs(actor, run, rows)
+    mine = [r.event for r in rec.rows if r.event.type in owned]
+    by_id = {r.event.id: r for r in rows}
+    last = max((e.t_ms for e in mine), default=0) if clocked else None
+    for event, outputs in replay(Kernel(actor), run, handling_order(inputs, mine), last):
+        row = by_id.get(event.id) if event is not None else None
         for out in outputs:
             produced.add(out.id)
             recorded = rec.by_id.get(out.id)
@@ -226,11 +168,13 @@ def _replay_handler(
                                  out.id, out.type, "unexpected", None, actual, rec.chain(cause or ""))
                 continue
             expected = comparable(recorded.event, _recorded_digest(recorded))
+            if "seen" not in expected:  # recorded before outputs said what their actor had taken in
+                actual.pop("seen", None)
             checked += 1
             if expected != actual:
                 yield Divergence(name, recorded.pos, out.id, out.type, "differs", expected, actual,
                                  rec.chain(out.id))
-    handled = {i.event.id for i in inputs}
+    handled = {r.event.id for family in inputs.values() for r in family}
     for row in rec.rows:
         if row.event.type in owned and row.event.id not in produced and row.event.causation in handled:
             yield Divergence(name, row.pos, row.event.id, row.event.type, "missing",
@@ -292,20 +236,14 @@ def verify(
     found: list[Divergence] = []
     make = build or _build
     for name in actors:
-        if name in ("director", "lipsync", "qos"):
-            actor = make(name, settings)
-            emits = frozenset(cls.type for cls in actor.emits)
-            if name == "lipsync":
-                inputs = _lipsync_inputs(rows, rec)
-            elif name == "director":
-                inputs = _director_inputs(rows)
-            else:
-                inputs = in_stream_order(rows, tuple(actor.consumes))
-            stream = _replay_handler(name, actor, start, inputs, emits, rec, clocked=isinstance(actor, ClockedActor))
-        elif name == "render":
+        if name not in ACTORS:
+            raise ValueError(f"cannot re-execute {name!r}; one of {', '.join(ACTORS)}")
+        if name == "render":  # its frames drawn again from what each records it drew
             stream = _frames(start, settings, rec, workers or min(4, os.cpu_count() or 1))
         else:
-            raise ValueError(f"cannot re-execute {name!r}; one of {', '.join(ACTORS)}")
+            actor = make(name, settings)
+            emits = frozenset(cls.type for cls in actor.emits)
+            stream = _replay_handler(name, actor, start, rows, emits, rec, clocked=isinstance(actor, ClockedActor))
         for item in stream:
             if isinstance(item, Divergence):
                 found.append(item)

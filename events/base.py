@@ -26,6 +26,11 @@ The envelope:
   and the one re-execution replays.
 - ``at_ms``: wall-clock ms when it was emitted (stamped as it is published when it has none;
   a producer's message without one gets its stream timestamp as it is decoded).
+- ``seen``: on what a run's stateful actor (director, lipsync, render, sink) emits, the inputs
+  it had taken in of that run when it emitted it: for each input family, the stream position
+  (JetStream sequence) of the last one.  Inputs of several streams reach an actor in an order
+  no stream holds; this records it, so that re-execution and a takeover hand them over in that
+  order again (``actors.kernel.handling_order``).  None elsewhere.
 
 Encoding lives in ``events.codec``: a JSON object of ``type``, ``v``, the envelope and
 ``payload``; an event with a ``blob`` field (audio, a frame's JPEG) travels as the JSON framed
@@ -49,7 +54,7 @@ from typing import Any, ClassVar, TypeVar
 
 from events.errors import DecodeError
 
-ENVELOPE_FIELDS = ("id", "run", "role", "causation", "correlation", "t_ms", "at_ms")
+ENVELOPE_FIELDS = ("id", "run", "role", "causation", "correlation", "t_ms", "at_ms", "seen")
 
 
 class UnknownEventType(DecodeError):
@@ -78,6 +83,7 @@ class Event:
     correlation: str | None = None
     t_ms: int = 0
     at_ms: int = 0
+    seen: dict[str, int] | None = None
 
     def payload(self) -> dict[str, Any]:
         """The payload fields as a dict (the blob field excluded)."""

@@ -32,6 +32,8 @@ def encode(event: Event, at_ms: int | None = None) -> bytes:
     doc = {"type": event.type, "v": event.v}
     for name in ENVELOPE_FIELDS:
         doc[name] = getattr(event, name)
+    if event.seen is None:  # on a stateful actor's outputs only
+        del doc["seen"]
     if at_ms is not None and not event.at_ms:
         doc["at_ms"] = at_ms
     doc["payload"] = event.payload()
@@ -103,6 +105,11 @@ def _build(
         if type(value) is not kind:
             raise DecodeError(f"wrong type {type(value).__name__}", name)
         kwargs[name] = value
+    seen = doc.get("seen")
+    if seen is not None:
+        if not isinstance(seen, dict) or not all(type(v) is int for v in seen.values()):
+            raise DecodeError("expected an object of stream positions", "seen")
+        kwargs["seen"] = seen
     for name, hint, check, required in plan:
         if name in payload:
             value = payload[name]

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from actors.director import Director
-from actors.kernel import Kernel, ListFeed
-from actors.runtime.takeover import _replay, handled_at, heard_at, unpublished
+from actors.kernel import Kernel, ListFeed, handled_at, heard_at
+from actors.runtime.takeover import _replay, unpublished
 from app import inspect
 from app.reexec import format_verification, verify
 from app.summary import danmaku_outcomes

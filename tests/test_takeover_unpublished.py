@@ -5,8 +5,8 @@ is not left without its outcome, and nothing stored is sent again."""
 from __future__ import annotations
 
 from actors.director import Director
-from actors.kernel import Kernel
-from actors.runtime.takeover import _replay, handled_at, unpublished
+from actors.kernel import Kernel, handled_at
+from actors.runtime.takeover import _replay, unpublished
 from events.base import Event
 from events.cue import CueIssued
 from events.danmaku import DanmakuReceived

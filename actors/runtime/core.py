@@ -555,7 +555,8 @@ class ActorRuntime:
         late = (run is not None and event.causation is None and not isinstance(event, RunStarted | RunEnded)
                 and await self.view.late(event.run, d.meta.timestamp_ns // 1000))
         wall_ms = int(self.clock() * 1000)
-        taken = self.kernel.take(event, run, now_ms, joins=joins, late=late, payload=d, wall_ms=wall_ms)
+        taken = self.kernel.take(event, run, now_ms, joins=joins, late=late, payload=d, wall_ms=wall_ms,
+                                 seq=d.meta.stream_seq)
         if taken.admission.action == REFUSE:
             d.fail(taken.admission.reason, permanent=True)
             return

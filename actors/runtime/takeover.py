@@ -10,14 +10,14 @@ each live run's state from the streams, then goes on where the last holder stopp
    drops the ones already stored (within the streams' two-minute duplicate window).
    The actor is told (``taking_over``) before each run's past is handed to it.
 2. For every run on air (started, not a playback, not ended, not past its planned end, its
-   show process alive: ``live_runs``), the actor's inputs up to the floor are read back in
-   stream order and handled again, as re-execution does, each at the show time it was
+   show process alive: ``live_runs``), the actor's inputs up to the floor are read back and
+   handled again, as re-execution does, in the order the last holder took them in (its
+   outputs record the stream positions it had taken in) and each at the show time it was
    handled then: the earliest of the times its outputs record (a deferred decision's
    ``heard_ms``; a comment the director let wait says when it took it in, ``danmaku.waiting``),
    else (it caused nothing yet) the time of the input before it, never before the server stored
-   it (``handled_at``).  Families
-   in ``rebuild_skips`` are not read (the sink's frames).  What these calls emit is thrown
-   away: it was published already.
+   it (``actors.kernel.handling_order``).  Families in ``rebuild_skips`` are not read (the
+   sink's frames).  What these calls emit is thrown away: it was published already.
 3. An actor whose decisions come from its clock (the director) has its clock run up to
    the last output of the run that only it publishes (``clock_marks``), so what it
    decided is decided again.  One that goes on from its last output (the renderer, from
@@ -47,7 +47,7 @@ from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from actors.base import ClockedActor, inputs_for
-from actors.kernel import Kernel, replay
+from actors.kernel import Fed, Kernel, Recorded, handling_order, replay
 from actors.runtime.runs import RunDirectory
 from events import codec
 from events.base import Event
@@ -152,7 +152,8 @@ async def rebuild_run(
     actor = kernel.actor
     outputs = [out for out in inputs_for(actor.emits) if out.family not in UNREAD_FAMILIES]
     marks = set(actor.clock_marks) if isinstance(actor, ClockedActor) else set()
-    caused: dict[str, int] = {}   # input id -> show time the actor handled it (from its outputs)
+    own = tuple(actor.emits)
+    mine: list[Event] = []        # its outputs stored: when and in what order it took its inputs in
     answered: set[str] = set()    # inputs an output stored answers (not only a note of when it was taken in)
     stored: set[str] = set()      # the ids of its outputs stored
     last_ms = 0
@@ -162,33 +163,31 @@ async def rebuild_run(
             if event is None:
                 continue
             stored.add(event.id)
-            at = heard_at(event)
+            if isinstance(event, own):
+                mine.append(event)
             if type(event) in marks:
                 last_ms = max(last_ms, event.t_ms)
-            if event.causation is not None:
-                caused[event.causation] = min(at, caused.get(event.causation, at))
-                if event.answers:
-                    answered.add(event.causation)
-    feed: list[tuple[int, int, int, Event]] = []
-    for i, spec in enumerate(specs):
+            if event.causation is not None and event.answers:
+                answered.add(event.causation)
+    inputs: dict[str, list[Recorded]] = {}
+    for spec in specs:
         if spec.family in actor.rebuild_skips:
             continue
         floor = report.floors.get(spec.durable, 0)
         if floor <= 0:
             continue
-        handled = 0
         for msg in await read_stream(js, spec.stream, run_filters(spec.subjects, run.run), upto_seq=floor):
             event = _decoded(msg.data)
             if event is None or event.run != run.run:
                 continue
-            handled = max(handled, handled_at(event, caused, msg.time_us // 1000 - run.started_at_ms))
-            feed.append((handled, i, msg.seq, event))
-    feed.sort(key=lambda x: x[:3])
+            inputs.setdefault(spec.family, []).append(
+                Recorded(event, msg.seq, msg.time_us // 1000 - run.started_at_ms))
+    feed = handling_order(inputs, mine)
     last = None
     if isinstance(actor, ClockedActor) and actor.resumes_from is not None:
         last = await _last(js, run.run, actor.resumes_from.type)
     # One call into the actor: its clock sees the run only once it is rebuilt and resumed.
-    emitted = await in_thread(_rebuild_state, kernel, run, [(at, event) for at, _, _, event in feed], last_ms, last)
+    emitted = await in_thread(_rebuild_state, kernel, run, feed, last_ms, last)
     unsaid = unpublished(emitted, stored, answered)
     if unsaid:
         log.warning("%s: run %s: %d outputs of the rebuilt state were never published (%s): published now",
@@ -199,7 +198,7 @@ async def rebuild_run(
     report.runs.append(run.run)
 
 
-def _rebuild_state(kernel: Kernel[Any], run: RunStarted, feed: list[tuple[int, Event]], last_ms: int,
+def _rebuild_state(kernel: Kernel[Any], run: RunStarted, feed: Sequence[tuple[int, Event] | Fed], last_ms: int,
                    last: Event | None) -> list[Event]:
     """The actor told it is taking the run over, its inputs handled again (``_replay``), and an
     actor that goes on from its last output told what that was; what the replay emitted."""
@@ -210,7 +209,7 @@ def _rebuild_state(kernel: Kernel[Any], run: RunStarted, feed: list[tuple[int, E
     return emitted
 
 
-def _replay(kernel: Kernel[Any], run: RunStarted, feed: list[tuple[int, Event]], last_ms: int) -> list[Event]:
+def _replay(kernel: Kernel[Any], run: RunStarted, feed: Sequence[tuple[int, Event] | Fed], last_ms: int) -> list[Event]:
     """The kernel fed a run's inputs again at the show times they were handled, then (an actor
     whose clock decides) its clock run up to its last recorded output; what they emit (the last
     holder published it, or should have)."""
@@ -232,27 +231,6 @@ def unpublished(emitted: Sequence[Event], stored: set[str], answered: Collection
             out.append(event)
             sent.add(event.id)
     return out
-
-
-def handled_at(event: Event, caused: dict[str, int], stored_ms: int | None = None) -> int:
-    """The earliest show time an actor can have handled ``event`` at: when it handled it, where
-    its outputs record it (``caused``); else when it was published: the server stored it at
-    ``stored_ms`` (show time), and an input some actor emitted was emitted at its ``t_ms``.  One
-    consumer hands its inputs over in stream order, so the caller takes the later of this and the
-    input before it in the same stream: an input that caused nothing is taken as handled with
-    the one before it, never before it existed (a dropped reply's rest, emitted long after the
-    drop before it, is not handled before the reply's chunks)."""
-    at = caused.get(event.id)
-    if at is not None:
-        return at
-    own = event.t_ms if event.causation is not None else 0
-    return max(own, stored_ms or 0)
-
-
-def heard_at(event: Event) -> int:
-    """When the actor took in the input that caused ``event`` (a deferred decision says so)."""
-    heard = getattr(event, "heard_ms", None)
-    return event.t_ms if heard is None else int(heard)
 
 
 async def _last(js: JetStreamContext, run: str, type_: str) -> Event | None:

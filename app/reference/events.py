@@ -24,6 +24,7 @@ ENVELOPE_DOCS = {
     "correlation": "the id of the danmaku (or cue) that started its chain",
     "t_ms": "show time: milliseconds since the run started",
     "at_ms": "wall-clock milliseconds when it was published",
+    "seen": "on a stateful actor's outputs: per input family, the stream position of the last input of the run it had taken in",
 }
 # What a producer sends: the schema's file name -> the event class.
 PRODUCED: dict[str, type[Event]] = {"danmaku.received.json": DanmakuReceived, "danmaku.control.json": OperatorControl}
@@ -147,7 +148,8 @@ def schema(cls: type[Event]) -> dict[str, Any]:
     payload = {"type": "object", "properties": properties, "required": required}
     envelope: dict[str, Any] = {
         "type": {"const": cls.type}, "v": {"type": "integer", "minimum": 1, "maximum": cls.v},
-        **{n: {**_json_type(hints[n] | None), "description": ENVELOPE_DOCS[n]} for n in ENVELOPE_FIELDS},
+        **{n: {**_json_type(hints[n] | None), "description": ENVELOPE_DOCS[n]} for n in ENVELOPE_FIELDS
+           if n != "seen"},  # stamped by stateful actors, never sent by a producer
     }
     envelope["run"]["pattern"] = TOKEN.pattern
     doc: dict[str, Any] = {

@@ -103,6 +103,9 @@ class _Show:
     walls: list[tuple[int, str]] = field(default_factory=list)  # (show time, back wall) as segments start
     catch_up: bool = False  # started, or taken over: the frames nobody drew are drawn late, not skipped
     catch_up_to: int | None = None  # started: the last frame caught up (-1: set at the first tick)
+    # Catching up: the show time of the next batch, a frame's time after the last one, so that the
+    # shows drawn on time get their ticks in between (a takeover's backlog never starves them).
+    catch_up_next_ms: int = 0
 
 
 class RenderActor(ClockedActor):
@@ -164,7 +167,8 @@ class RenderActor(ClockedActor):
             return None
         # Draw a frame a moment after its show time, so visemes placed at that very
         # moment (one NATS hop away) make it into the frame instead of the next one.
-        return frame_time(state.next_frame, state.run.fps) + self.settings.render_delay_ms
+        due = frame_time(state.next_frame, state.run.fps) + self.settings.render_delay_ms
+        return max(due, state.catch_up_next_ms) if state.catch_up else due
 
     def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
         show: _Show | None = ctx.state
@@ -234,8 +238,9 @@ class RenderActor(ClockedActor):
         if show.catch_up and (due - show.next_frame <= 1
                               or show.catch_up_to is not None and show.next_frame > show.catch_up_to):
             show.catch_up = False  # caught up: from here on, frames are skipped when late
-        if show.catch_up:  # taken over: draw what was missed, a batch at a time
+        if show.catch_up:  # taken over: draw what was missed, a batch a frame's time
             first, count = show.next_frame, min(FRAME_BATCH, due - show.next_frame + 1)
+            show.catch_up_next_ms = ctx.now_ms + 1000 // show.run.fps
         else:
             if due - show.next_frame > HICCUP_FRAMES:  # further behind than a hiccup: drop to the present
                 show.skipped += due - show.next_frame

@@ -126,3 +126,29 @@ def test_frames_from_a_gpu_jpeg_encoder_are_compared_by_what_they_show() -> None
     gpu = dataclasses.replace(cpu, encoder="torchvision-cuda")
     assert comparable(gpu) == comparable(dataclasses.replace(gpu, jpeg=b"two"))
     assert comparable(gpu) != comparable(dataclasses.replace(gpu, n=1))
+
+
+def test_a_taken_over_shows_backlog_leaves_the_shows_on_time_their_ticks(tmp_path: Path) -> None:
+    """A renderer that takes over a show a second behind draws its backlog a batch a frame's time,
+    so the show it already drew on time keeps its ticks in between and misses no frame."""
+    on_time = dataclasses.replace(demo_run("a", resolution="360p"), duration_ms=4000)
+    taken = dataclasses.replace(demo_run("b", resolution="360p"), duration_ms=4000)
+    feed = ListFeed(RenderActor(load_settings(environ={}, out_dir=tmp_path)), on_time)
+    feed.handle(on_time, at_ms=0)
+    feed.advance(2000)
+    kernel = feed.kernel
+    kernel.taking_over(taken)  # its past handed over at 2 s: its last frame stored was #24 (1 s behind)
+    feed.handle(taken, at_ms=2000)
+    last = next(e for e in feed.out if isinstance(e.event, FrameRendered) and e.event.run == "a")
+    kernel.resume(taken, dataclasses.replace(last.event, run="b", n=24))
+    start = len(feed.out)
+    feed.advance(2400)
+    drawn = [(e.at_ms, e.event) for e in feed.out[start:] if isinstance(e.event, FrameRendered)]
+    ticks_b = sorted({at for at, f in drawn if f.run == "b" and f.late_ms >= 40})  # its backlog's batches
+    assert [f.n for _, f in drawn if f.run == "b"][:1] == [25]  # the backlog, from the frame after the last stored
+    # A batch a frame's time, not all at once: on a busy core, the shows on time get their ticks between.
+    assert len(ticks_b) >= 3 and all(later - earlier >= 40 for earlier, later in zip(ticks_b, ticks_b[1:], strict=False))
+    frames_a = [f for _, f in drawn if f.run == "a"]
+    assert [f.n for f in frames_a] == list(range(frames_a[0].n, frames_a[0].n + len(frames_a)))  # none skipped
+    assert max(f.late_ms for f in frames_a) < 40  # each drawn within a frame of its time
+    assert max(f.n for _, f in drawn if f.run == "b") >= 58  # and the backlog caught up within 0.4 s

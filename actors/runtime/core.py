@@ -29,6 +29,7 @@ import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any
 
+import nats.errors
 from nats.aio.msg import Msg
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
@@ -66,7 +67,7 @@ from infra.bus import (
     publish_event,
     transient,
 )
-from infra.lease import lease_bucket
+from infra.lease import lease_bucket, runs_on_air
 from infra.logs import LOG_CONTEXT, log_context_of
 from infra.metrics import Metrics
 from infra.settings import Settings
@@ -139,6 +140,7 @@ class ActorRuntime:
         self.owners: RunOwners | None = None
         self._run_loops: dict[str, tuple[asyncio.Event, list[asyncio.Task[None]], list[Any]]] = {}
         self._owned_seq = 0
+        self.spares: dict[str, str] = {}  # runs held elsewhere -> the id of their start, built ahead here
         self._claims_pool = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix=f"troupe-{actor.name}-claims", initializer=lower_priority, initargs=(10,))
 
@@ -202,7 +204,34 @@ class ActorRuntime:
         self._start_loops([])
         owners = self.owners
         self._spawn(lambda: run_rounds(owners, self._stopping), f"{self.actor.name}:owners")
+        if type(self.actor).prepare is not Actor.prepare:
+            self._spawn(self._spares_loop, f"{self.actor.name}:spares")
         log.info("%s: sharing the runs on air with the kind's other processes as %s", self.actor.name, owners.name)
+
+    async def _spares_loop(self) -> None:
+        """A spread actor that builds ahead (a renderer's sprites) builds it for the runs on air
+        that other processes hold, one run a round at a low priority, so that taking one over
+        starts drawing at once instead of after its build; what was built for a run no longer on
+        air, or taken here, is let go."""
+        assert self.owners is not None
+        owners, loop = self.owners, asyncio.get_running_loop()
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), owners.renew_s)
+            try:
+                elsewhere = await runs_on_air(self.js) - set(owners.leases)
+            except (nats.errors.Error, OSError, TimeoutError):
+                continue  # NATS away: the next round tries again
+            for run_id in [r for r in self.spares if r not in elsewhere]:
+                self.kernel.prepared.pop(self.spares.pop(run_id), None)
+            for run_id in sorted(elsewhere - set(self.spares)):
+                run = await self.runs.get(run_id)
+                if run is None or run.replay_of is not None or run_id in owners.leases:
+                    continue
+                await loop.run_in_executor(self._claims_pool, self._prepare, run)
+                if run.id in self.kernel.prepared:
+                    self.spares[run_id] = run.id
+                break
 
     async def _claim(self, run_id: str, previous: str, reason: str) -> bool:
         """Take a run this process now holds the key of: its consumers (re-made from their ack
@@ -218,9 +247,11 @@ class ActorRuntime:
         report = Takeover()
         for spec in specs:
             report.floors[spec.durable] = await restart_from_floor(self.js, spec)
+        self.spares.pop(run_id, None)  # what was built ahead for it is taken with its start
         if any(report.floors.values()):  # another process read this run before: its state rebuilt
-            if type(self.actor).prepare is not Actor.prepare:  # what takes long (sprites), off the actor's thread,
-                # one run at a time and at a lower priority than the shows it already draws
+            if type(self.actor).prepare is not Actor.prepare and run.id not in self.kernel.prepared:
+                # what takes long (sprites), off the actor's thread, one run at a time and at a
+                # lower priority than the shows it already draws
                 await asyncio.get_running_loop().run_in_executor(self._claims_pool, self._prepare, run)
             await rebuild_run(self.js, self.kernel, specs, run, report, self._locked, self._published_now)
         self.lifecycle.touch(run_id)
@@ -474,6 +505,8 @@ class ActorRuntime:
         await self._complete([d for d in deliveries if not d.queued])
 
     def _prepare(self, event: Event) -> None:
+        if event.id in self.kernel.prepared:  # built ahead already (a spare)
+            return
         try:
             self.kernel.prepare(event)
         except Exception as exc:  # noqa: BLE001 - handle builds it then, or says what is wrong

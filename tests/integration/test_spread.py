@@ -31,11 +31,11 @@ TTL_S = 0.6
 
 
 @contextlib.asynccontextmanager
-async def director(settings: Settings) -> AsyncIterator[tuple[Stage, ActorRuntime]]:
+async def director(settings: Settings, kind: str = "director") -> AsyncIterator[tuple[Stage, ActorRuntime]]:
     stage = Stage(settings)
     await stage.__aenter__()
     try:
-        [rt] = await stage.start_actors(["director"])
+        [rt] = await stage.start_actors([kind])
         assert rt.owners is not None
         yield stage, rt
     finally:
@@ -149,5 +149,28 @@ async def test_runs_are_placed_taken_over_handed_over_and_given_to_a_joiner(
                     assert any(r.startswith("handed over") for r in reasons), reasons
                     d = await comment(stage, run, 3)
                     await wait_for(lambda r=run, d=d: answered(stage, r, d), 30, f"{run} answered by c")
+        finally:
+            await shows.close()
+
+
+async def test_a_renderer_builds_ahead_the_runs_another_holds_and_takes_one_over_with_it(
+    nats_server: EmbeddedNats, settings: Settings
+) -> None:
+    """Sprites take a few hundred ms to build: a renderer builds them for the runs on air that
+    another holds, so that taking one over draws at once; they go when it takes the run."""
+    s = settings.replace(spread="on", lease_ttl_s=TTL_S)
+    async with director(s, "render") as (stage, a), director(s, "render") as (stage_b, b):
+        shows = Shows(stage, s)
+        try:
+            run = await shows.start("spares0")
+            await wait_for(lambda: sorted(held(a, b)) == [[], [run.run]], 30, f"the run held ({held(a, b)})")
+            holder, spare = (a, b) if held(a)[0] else (b, a)
+            await wait_for(lambda: run.run in spare.spares, 30, "its sprites built by the other renderer")
+            assert spare.kernel.prepared.get(run.id) is not None and not holder.spares
+            await crash(stage if holder is a else stage_b, holder)
+            await wait_for(lambda: held(spare)[0] == [run.run], 30, "the run taken over")
+            assert run.run not in spare.spares and run.id not in spare.kernel.prepared  # taken with its start
+            state = spare.kernel.state(run.run)
+            assert state is not None and state.renderer is not None  # drawing, with what was built ahead
         finally:
             await shows.close()

@@ -45,6 +45,9 @@ class UtteranceDropped(Event):
     """A reply (or its rest) was dropped on purpose, with the reason."""
 
     type = "utterance.dropped"
+    # Not an outcome of its cause: a comment that superseded a reply, or made room before one,
+    # has its own answer still to come (a takeover publishes it where the last holder died first).
+    answers = False
     utterance: str
     reason: str
     from_seq: int = 0       # the chunks from this one on are dropped (0: the whole reply)

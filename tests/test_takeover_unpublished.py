@@ -56,3 +56,19 @@ def test_an_input_that_caused_nothing_is_never_taken_as_handled_before_it_was_em
     outside = DanmakuReceived(id="x", run="r1", user="ann", text="hi", t_ms=99_999)  # a producer's clock: no bound
     assert handled_at(outside, {}) == 0
     assert handled_at(outside, {}, stored_ms=2_106) == 2_106  # the server stored it then: not handled before
+
+
+def test_a_comment_that_dropped_a_reply_is_not_answered_by_the_drop() -> None:
+    """The viewer wrote again before the reply to their first comment began: the director drops
+    that reply and cues the second comment in one go.  The holder died with the drop stored and
+    not the cue: the rebuilt director publishes the cue."""
+    first = DanmakuReceived(id="c0", run="r1", user="ann", text="@rex what is a gpu?", t_ms=3000)
+    again = DanmakuReceived(id="c1", run="r1", user="ann", text="@rex and what is a cpu then?", t_ms=4200)
+    emitted = _rebuilt((3000, first), (4200, again), last_ms=4200)
+    drop = next(e for e in emitted if isinstance(e, UtteranceDropped) and e.causation == "c1")
+    cue = next(e for e in emitted if isinstance(e, CueIssued) and e.causation == "c1")
+    stored = [e for e in emitted if e.id != cue.id and e.causation != cue.id]
+    assert drop in stored
+    answered = {e.causation for e in stored if e.causation is not None and e.answers}
+    assert "c1" not in answered
+    assert cue in unpublished(emitted, {e.id for e in stored}, answered)

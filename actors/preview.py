@@ -30,7 +30,7 @@ from actors.sink import SAMPLE_RATE, as_rate
 from events.audio import AudioChunk
 from events.base import Event
 from events.cue import CueIssued, CueMerged
-from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped
+from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuSkipped, DanmakuWaiting
 from events.frame import FrameRendered
 from events.output import OutputClosed, OutputConnected, OutputDropped
 from events.qos import ResolutionChanged
@@ -135,7 +135,7 @@ class PreviewActor(Actor):
     name = "preview"
     consumes = (
         RunStarted, RunEnded, RoleDeclared, RoleWeightsChanged, DanmakuReceived, DanmakuRejected,
-        DanmakuSkipped, CueIssued, CueMerged, UtteranceChunk, UtteranceCompleted, UtteranceDropped,
+        DanmakuSkipped, DanmakuWaiting, CueIssued, CueMerged, UtteranceChunk, UtteranceCompleted, UtteranceDropped,
         AudioChunk, VisemeTrack, VisemeCut, FrameRendered, ResolutionChanged,
         OutputConnected, OutputDropped, OutputClosed,
     )
@@ -198,6 +198,20 @@ class PreviewActor(Actor):
         item = board.item(e.correlation or e.id)
         item.update(outcome="rejected" if isinstance(e, DanmakuRejected) else "skipped",
                     reason=e.reason, detail=e.detail)
+        if not item["text"]:
+            item.update(user=e.user, text=e.text)
+        self._tell_item(board, item)
+
+    def _waiting(self, board: Board, e: DanmakuWaiting) -> None:
+        """A comment let wait for the floor: shown waiting (how many go before it, for whom) until its
+        outcome comes (which may come first: the streams differ)."""
+        item = board.item(e.correlation or e.causation or e.id)
+        if item["outcome"] not in (None, "waiting"):
+            return
+        detail = f"{e.ahead} ahead" if e.ahead else "next"
+        if e.waits_for:
+            detail += f", for {e.waits_for}"
+        item.update(outcome="waiting", detail=detail)
         if not item["text"]:
             item.update(user=e.user, text=e.text)
         self._tell_item(board, item)
@@ -354,6 +368,7 @@ _HANDLERS: dict[type[Event], str] = {  # the method that takes each type in
     DanmakuReceived: "_danmaku",
     DanmakuRejected: "_rejected",
     DanmakuSkipped: "_rejected",
+    DanmakuWaiting: "_waiting",
     CueIssued: "_cue",
     CueMerged: "_merged",
     UtteranceChunk: "_reply",

@@ -13,7 +13,7 @@ from actors.preview import Boards, PreviewActor
 from actors.sink import SAMPLE_RATE
 from events.audio import AudioChunk
 from events.cue import CueIssued, CueMerged
-from events.danmaku import DanmakuReceived, DanmakuRejected
+from events.danmaku import DanmakuReceived, DanmakuRejected, DanmakuWaiting
 from events.frame import FrameRendered, SpeakingMark
 from events.output import OutputDropped
 from events.qos import ResolutionChanged
@@ -169,3 +169,23 @@ def test_an_answer_whose_frame_came_before_its_danmaku_still_gets_its_latency(wa
     assert (board.feed["d5"]["latency_ms"], board.feed["d5"]["frame"]) == (800, 40)
     assert [s["latency_ms"] for s in board.latencies] == [800]
     assert [m["latency_ms"] for _, m in told if m["type"] == "speaking"] == [None, 800]
+
+
+def test_a_comment_shows_waiting_until_its_outcome_comes(watched) -> None:  # type: ignore[no-untyped-def]
+    feed, told = watched
+    feed.handle(DanmakuReceived(id="d5", run="r1", text="@rex what is a gpu?", user="ann"), at_ms=1000)
+    feed.handle(DanmakuWaiting(id="d5-wait", run="r1", causation="d5", correlation="d5", heard_ms=1000,
+                               cls="addressed", waits_for="rex", ahead=2, waiting=3), at_ms=1000)
+    item = feed.state().feed["d5"]
+    assert (item["outcome"], item["detail"]) == ("waiting", "2 ahead, for rex")
+    assert told[-1][1]["item"]["outcome"] == "waiting"  # the page is told
+    feed.handle(CueIssued(id="d5-cue", run="r1", role="rex", correlation="d5", seq=1, user="ann", text="hi",
+                          danmaku=("d5",), routed_by="mention"), at_ms=4000)
+    assert feed.state().feed["d5"]["outcome"] == "cue"
+    # Its waiting note, delivered after its cue (another stream), does not take the cue back.
+    feed.handle(DanmakuReceived(id="d6", run="r1", text="hi", user="bo"), at_ms=4100)
+    feed.handle(CueIssued(id="d6-cue", run="r1", role="rex", correlation="d6", seq=2, user="bo", text="hi",
+                          danmaku=("d6",), routed_by="free"), at_ms=4100)
+    feed.handle(DanmakuWaiting(id="d6-wait", run="r1", causation="d6", correlation="d6", heard_ms=4100,
+                               cls="comment"), at_ms=4100)
+    assert feed.state().feed["d6"]["outcome"] == "cue"

@@ -154,7 +154,7 @@ function showOutputs(outputs) {
 
 const OUTCOME = {
   cue: (i) => `→ ${i.role}`, merged: () => "merged", skipped: (i) => `skipped: ${i.reason}`,
-  rejected: (i) => `rejected: ${i.reason}`,
+  rejected: (i) => `rejected: ${i.reason}`, waiting: (i) => `waiting: ${i.detail}`,
 };
 
 function showItem(item) {

@@ -66,7 +66,7 @@ from schedulers.priority import PriorityPolicy
 
 __all__ = [
     "HANDLE", "QUEUED", "REFUSE", "SKIP", "Admission", "Batch", "Emitted", "Fed", "Kernel", "ListFeed", "Recorded",
-    "Taken", "admit", "handled_at", "handling_order", "heard_at", "replay",
+    "Taken", "Tick", "admit", "handled_at", "handling_order", "heard_at", "replay",
 ]
 HANDLE, SKIP, REFUSE, QUEUED = "handle", "skip", "refuse", "queued"
 log = logging.getLogger(__name__)
@@ -497,9 +497,15 @@ class Kernel(Generic[P]):
         return isinstance(self.actor, ClockedActor) and self._next_tick(run) is not None
 
     def tick(self, run: RunStarted, now_ms: int) -> Handled:
-        """What is due at show time ``now_ms`` of a run."""
+        """What is due at show time ``now_ms`` of a run (an actor that ``stamps``: stamped with what
+        it had taken in and the tick's time, ``Event.ticked_ms``)."""
         assert isinstance(self.actor, ClockedActor)
-        return self.actor.tick(self.context(run, now_ms))
+        outputs = self.actor.tick(self.context(run, now_ms))
+        seen = self._seen.get(run.run) if self.stamps else None
+        if not seen:
+            return outputs
+        stamp, run_id = dict(seen), run.run
+        return [dataclasses.replace(o, seen=stamp, ticked_ms=now_ms) if o.run == run_id else o for o in outputs]
 
     @staticmethod
     def _show_ms(run: RunStarted | None, wall_ms: int) -> int:
@@ -643,6 +649,12 @@ class Fed(NamedTuple):
     seq: int | None = None
 
 
+class Tick(NamedTuple):
+    """A recorded tick of a clocked actor handed to a kernel again: its show time."""
+
+    at_ms: int
+
+
 class Recorded(NamedTuple):
     """A recorded input of an actor: the event, its stream position, and the show time the server
     stored it at (None: either not known)."""
@@ -673,43 +685,48 @@ def handled_at(event: Event, caused: Mapping[str, int], stored_ms: int | None = 
     return max(own, stored_ms or 0)
 
 
-def handling_order(inputs: Mapping[str, Sequence[Recorded]], outputs: Iterable[Event]) -> list[Fed]:
+def handling_order(inputs: Mapping[str, Sequence[Recorded]], outputs: Iterable[Event]) -> list[Fed | Tick]:
     """A recorded run's inputs to one actor (per family, each in its stream's order) in the order
-    the actor took them in, each at the show time it was handled, as its outputs (``outputs``:
-    the actor's own, as recorded) say.
+    the actor took them in, each at the show time it was handled, with its clock's ticks among
+    them, as its outputs (``outputs``: the actor's own, as recorded) say.
 
-    - Order: what a handler emitted records the stream positions the actor had taken in
-      (``Event.seen``): each such mark is a point in the handling order, and an input goes after
-      the marks that had not taken it in and before the first that had, the input that caused the
-      mark last.  Between two marks (and where outputs carry none: recorded before they did, or an
-      actor that reads one stream) inputs go by the time they can first have been handled, each
+    - Order: what the actor emitted records the stream positions it had taken in (``Event.seen``):
+      each such mark is a point in the handling order, and an input goes after the marks that had
+      not taken it in and before the first that had, the input that caused the mark last.  A mark
+      its clock made (``Event.ticked_ms``) is a tick there, after the handler marks that had taken
+      in as much.  Between two marks (and where outputs carry none: recorded before they did, or
+      an actor that reads one stream) inputs go by the time they can first have been handled, each
       never before the one before it in its stream, then by family and stream order.  The run's
       start goes first: it opens the run.
     - Time: an input that caused outputs was handled when they say (``heard_at``); one that caused
-      nothing, with the input before it, never before it existed (``handled_at``)."""
+      nothing, with the input (or tick) before it, never before it existed (``handled_at``)."""
     outputs = list(outputs)
     caused: dict[str, int] = {}
     for out in outputs:
-        if out.causation is not None:
+        if out.causation is not None and out.ticked_ms is None:
             at = heard_at(out)
             caused[out.causation] = min(at, caused.get(out.causation, at))
     families = list(inputs)
-    marks: dict[tuple[int, ...], set[str]] = {}
+    marks: dict[tuple[tuple[int, ...], int | None], set[str]] = {}
     for out in outputs:
         if out.seen and set(out.seen) <= set(families):
-            marks.setdefault(tuple(out.seen.get(f, 0) for f in families), set()).add(out.causation or "")
-    order = sorted(marks, key=sum)
+            key = (tuple(out.seen.get(f, 0) for f in families), out.ticked_ms)
+            causers = marks.setdefault(key, set())
+            if out.ticked_ms is None:
+                causers.add(out.causation or "")
+    order = sorted(marks, key=lambda m: (sum(m[0]), m[1] is not None, m[1] or 0))
     columns = []
     for i in range(len(families)):  # never back: a mark has taken in all that the one before it had
         column, high = [], 0
-        for mark in order:
-            high = max(high, mark[i])
+        for vector, _ in order:
+            high = max(high, vector[i])
             column.append(high)
         columns.append(column)
     # An input whose position is not known goes by time: before the first mark made after it.
     times, high = [], 0
     for mark in order:
-        high = max(high, min((caused[c] for c in marks[mark] if c in caused), default=high))
+        made = mark[1] if mark[1] is not None else min((caused[c] for c in marks[mark] if c in caused), default=high)
+        high = max(high, made)
         times.append(high)
     keyed = []
     for i, family in enumerate(families):
@@ -721,22 +738,35 @@ def handling_order(inputs: Mapping[str, Sequence[Recorded]], outputs: Iterable[E
             last = 0 <= group < len(order) and rec.event.id in marks[order[group]]
             keyed.append(((group, last, at, i, k), rec))
     keyed.sort(key=lambda item: item[0])
-    fed, now = [], 0
-    for _, rec in keyed:
+    schedule: list[Fed | Tick] = []
+    now, g, at_end = 0, 0, len(order)
+    for (group, *_), rec in keyed:
+        while g < min(group, at_end):  # the ticks made before this input was taken in
+            tick = order[g][1]
+            if tick is not None:
+                now = max(now, tick)
+                schedule.append(Tick(tick))
+            g += 1
         known = caused.get(rec.event.id)
         now = known if known is not None else max(now, handled_at(rec.event, {}, rec.stored_ms))
-        fed.append(Fed(now, rec.event, rec.seq))
-    return fed
+        schedule.append(Fed(now, rec.event, rec.seq))
+    schedule += [Tick(tick) for _, tick in order[g:] if tick is not None]
+    return schedule
 
 
-def replay(kernel: Kernel[Event], run: RunStarted, inputs: Iterable[tuple[int, Event] | Fed],
+def replay(kernel: Kernel[Event], run: RunStarted, inputs: Iterable[tuple[int, Event] | Fed | Tick],
            clock_to_ms: int | None = None) -> Iterator[tuple[Event | None, Handled]]:
     """Hand a recorded run's inputs to the kernel, each at the show time it was handled then
-    (its outputs record it), with its stream position where known, in the order given (the
-    order the actor took them in: ``handling_order``); then, for a clocked actor, run its clock
-    up to ``clock_to_ms`` (its last recorded decision).  Yields each input handled with its
-    outputs (``None`` for the clock's), as they are made."""
+    (its outputs record it), with its stream position where known, and its clock's recorded
+    ticks, in the order given (the order the actor took them in: ``handling_order``); then, for
+    a clocked actor, run its clock up to ``clock_to_ms`` (its last recorded decision).  Yields
+    each input handled with its outputs (``None`` for the clock's), as they are made."""
+    clocked = isinstance(kernel.actor, ClockedActor)
     for item in inputs:
+        if isinstance(item, Tick):
+            if clocked and kernel.holds(run.run):
+                yield None, kernel.tick(run, item.at_ms)
+            continue
         at_ms, event = item[0], item[1]
         taken = kernel.take(event, run, at_ms, seq=item[2] if len(item) > 2 else None)  # type: ignore[misc]
         if taken.handled:

@@ -31,7 +31,7 @@ import orjson
 from sqlalchemy import Engine
 
 from actors.base import Actor, ClockedActor
-from actors.kernel import Kernel, Recorded, admit, handling_order, replay
+from actors.kernel import Kernel, Recorded, Tick, admit, handling_order, replay
 from app.registry import REEXECUTED, Wiring, entry
 from events import codec
 from events.base import Event
@@ -154,8 +154,11 @@ def _replay_handler(
     inputs = _recorded_inputs(actor, run, rows)
     mine = [r.event for r in rec.rows if r.event.type in owned]
     by_id = {r.event.id: r for r in rows}
-    last = max((e.t_ms for e in mine), default=0) if clocked else None
-    for event, outputs in replay(Kernel(actor), run, handling_order(inputs, mine), last):
+    schedule = handling_order(inputs, mine)
+    # Its clock ticked where its outputs say; a recording whose outputs do not say: run up to its last decision.
+    ticks = any(isinstance(item, Tick) for item in schedule)
+    last = max((e.t_ms for e in mine), default=0) if clocked and not ticks else None
+    for event, outputs in replay(Kernel(actor), run, schedule, last):
         row = by_id.get(event.id) if event is not None else None
         for out in outputs:
             produced.add(out.id)
@@ -168,8 +171,9 @@ def _replay_handler(
                                  out.id, out.type, "unexpected", None, actual, rec.chain(cause or ""))
                 continue
             expected = comparable(recorded.event, _recorded_digest(recorded))
-            if "seen" not in expected:  # recorded before outputs said what their actor had taken in
-                actual.pop("seen", None)
+            for stamp in ("seen", "ticked_ms"):  # recorded before outputs said what their actor had taken in
+                if stamp not in expected:
+                    actual.pop(stamp, None)
             checked += 1
             if expected != actual:
                 yield Divergence(name, recorded.pos, out.id, out.type, "differs", expected, actual,
@@ -206,7 +210,9 @@ def _frames(run: RunStarted, settings: Settings, rec: _Recording, workers: int) 
 
     def draw(batch: Sequence[tuple[Row, Job]]) -> list[tuple[Row, dict[str, Any]]]:
         drawn = redraw.draw_batch([job for _, job in batch])  # a GPU's batch, on a GPU
-        return [(row, comparable(dataclasses.replace(frame, encoder=row.event.encoder)))  # type: ignore[attr-defined]
+        return [(row, comparable(dataclasses.replace(  # drawn again, as the renderer's tick stamped it
+            frame, encoder=row.event.encoder, seen=row.event.seen,  # type: ignore[attr-defined]
+            ticked_ms=row.event.ticked_ms)))
                 for (row, _), frame in zip(batch, drawn, strict=True)]
 
     checked = 0

@@ -31,6 +31,9 @@ The envelope:
   (JetStream sequence) of the last one.  Inputs of several streams reach an actor in an order
   no stream holds; this records it, so that re-execution and a takeover hand them over in that
   order again (``actors.kernel.handling_order``).  None elsewhere.
+- ``ticked_ms``: on what such an actor's clock emitted (a tick), the show time of that tick, so
+  that re-execution and a takeover tick it there again, after the inputs ``seen`` says it had
+  taken in; None on what a handler emitted.
 
 Encoding lives in ``events.codec``: a JSON object of ``type``, ``v``, the envelope and
 ``payload``; an event with a ``blob`` field (audio, a frame's JPEG) travels as the JSON framed
@@ -54,7 +57,7 @@ from typing import Any, ClassVar, TypeVar
 
 from events.errors import DecodeError
 
-ENVELOPE_FIELDS = ("id", "run", "role", "causation", "correlation", "t_ms", "at_ms", "seen")
+ENVELOPE_FIELDS = ("id", "run", "role", "causation", "correlation", "t_ms", "at_ms", "seen", "ticked_ms")
 
 
 class UnknownEventType(DecodeError):
@@ -84,6 +87,7 @@ class Event:
     t_ms: int = 0
     at_ms: int = 0
     seen: dict[str, int] | None = None
+    ticked_ms: int | None = None
 
     def payload(self) -> dict[str, Any]:
         """The payload fields as a dict (the blob field excluded)."""

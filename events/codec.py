@@ -22,7 +22,7 @@ MAGIC = b"\x00TRP"
 _HEADER = struct.Struct(">I")
 _ENVELOPE_KINDS = (
     ("id", str), ("run", str), ("role", str), ("causation", str), ("correlation", str),
-    ("t_ms", int), ("at_ms", int),
+    ("t_ms", int), ("at_ms", int), ("ticked_ms", int),
 )
 _REQUIRED_ENVELOPE = frozenset({"id", "run"})
 
@@ -34,6 +34,8 @@ def encode(event: Event, at_ms: int | None = None) -> bytes:
         doc[name] = getattr(event, name)
     if event.seen is None:  # on a stateful actor's outputs only
         del doc["seen"]
+    if event.ticked_ms is None:  # on what its clock emitted only
+        del doc["ticked_ms"]
     if at_ms is not None and not event.at_ms:
         doc["at_ms"] = at_ms
     doc["payload"] = event.payload()

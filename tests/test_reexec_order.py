@@ -7,13 +7,15 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from actors.kernel import Kernel, Recorded, handling_order, replay
+from actors.director import Director
+from actors.kernel import Fed, Kernel, Recorded, Tick, handling_order, replay
 from actors.lipsync import LipsyncActor
 from events.audio import AudioChunk
 from events.base import Event
-from events.danmaku import SpeechPlaced
+from events.danmaku import DanmakuReceived, SpeechPlaced
 from events.utterance import UtteranceDropped
 from events.viseme import VisemeTrack
+from infra.settings import load_settings
 from tests.showkit import demo_run
 
 
@@ -102,3 +104,33 @@ def test_any_interleaving_of_two_streams_is_recovered_from_what_lipsync_emitted(
             [o.id for o in live]
     assert len(outcomes) > 1  # the order matters: lipsync emits differently
     assert unmarked_wrong > 0  # and the show times alone do not recover it
+
+
+def test_a_clocks_ticks_go_back_where_its_outputs_say_they_were() -> None:
+    """The director's clock ticked among the comments (live, whenever its runtime woke); fed again
+    in the order and with the ticks its outputs record, it emits the same events, stamped alike."""
+    run = demo_run()
+    rng = random.Random(11)
+    ticked = 0
+    for trial in range(10):
+        live_feed: list[Fed | Tick] = [Fed(0, run, 1)]
+        comments = []
+        t = 1000
+        for i in range(12):
+            t += rng.randrange(50, 900)
+            comment = DanmakuReceived(id=f"c{trial}-{i}", run=run.run, user=f"viewer{i % 4}",
+                                      text=f"@rex question number {i}?" if i % 3 else "hello everyone", t_ms=t)
+            comments.append(comment)
+            live_feed.append(Fed(t, comment, i + 1))
+            for _ in range(rng.randrange(0, 3)):  # the clock woke in between, or not
+                t += rng.randrange(10, 400)
+                live_feed.append(Tick(t))
+        live_feed.append(Tick(t + 30_000))
+        live = [o for _, outs in replay(Kernel(Director(load_settings(environ={}))), run, live_feed) for o in outs]
+        assert any(o.ticked_ms is not None for o in live) and all(o.seen for o in live if o.run == run.run)
+        ticked += sum(o.ticked_ms is not None for o in live)
+        recorded = {"run": [Recorded(run, 1)], "danmaku": [Recorded(c, i + 1) for i, c in enumerate(comments)]}
+        schedule = handling_order(recorded, live)
+        again = [o for _, outs in replay(Kernel(Director(load_settings(environ={}))), run, schedule) for o in outs]
+        assert again == live, f"trial {trial}"
+    assert ticked > 20

@@ -25,6 +25,7 @@ ENVELOPE_DOCS = {
     "t_ms": "show time: milliseconds since the run started",
     "at_ms": "wall-clock milliseconds when it was published",
     "seen": "on a stateful actor's outputs: per input family, the stream position of the last input of the run it had taken in",
+    "ticked_ms": "on what a stateful actor's clock emitted: the show time of that tick",
 }
 # What a producer sends: the schema's file name -> the event class.
 PRODUCED: dict[str, type[Event]] = {"danmaku.received.json": DanmakuReceived, "danmaku.control.json": OperatorControl}
@@ -149,7 +150,7 @@ def schema(cls: type[Event]) -> dict[str, Any]:
     envelope: dict[str, Any] = {
         "type": {"const": cls.type}, "v": {"type": "integer", "minimum": 1, "maximum": cls.v},
         **{n: {**_json_type(hints[n] | None), "description": ENVELOPE_DOCS[n]} for n in ENVELOPE_FIELDS
-           if n != "seen"},  # stamped by stateful actors, never sent by a producer
+           if n not in ("seen", "ticked_ms")},  # stamped by stateful actors, never sent by a producer
     }
     envelope["run"]["pattern"] = TOKEN.pattern
     doc: dict[str, Any] = {

@@ -36,6 +36,7 @@ from events.output import OutputClosed, OutputConnected, OutputDropped
 from events.qos import ResolutionChanged
 from events.role import RoleDeclared, RoleWeightsChanged
 from events.run import RunEnded, RunStarted
+from events.show import show_from_dict
 from events.utterance import UtteranceChunk, UtteranceCompleted, UtteranceDropped
 from events.viseme import VisemeCut, VisemeTrack
 from infra.settings import Settings
@@ -148,7 +149,12 @@ class PreviewActor(Actor):
         self.frame_listeners: list[FrameListener] = []
 
     def open_run(self, run: RunStarted, settings: Settings) -> Board:
-        return Board(run, resolution=run.resolution)
+        """The run's board, with its show's roles: their declarations travel on a stream of their
+        own and may be taken in before the run's start, when the preview does not hold the run."""
+        board = Board(run, resolution=run.resolution)
+        for spec in show_from_dict(run.show).roles:
+            board.roles[spec.id] = _role_entry(RoleDeclared.of(run.run, spec))
+        return board
 
     def _tell(self, run: str, message: Message) -> None:
         for listener in list(self.listeners):
@@ -168,6 +174,7 @@ class PreviewActor(Actor):
             if not board.shown:  # not a redelivery
                 board.shown = True
                 self._tell(event.run, {"type": "run", "run": board.summary()})
+                self._tell(event.run, {"type": "roles", "roles": list(board.roles.values())})
             return ()
         method = _HANDLERS.get(type(event))
         if method is not None:
@@ -248,8 +255,8 @@ class PreviewActor(Actor):
     # -- roles, QoS, outputs -------------------------------------------------------------------
 
     def _role(self, board: Board, e: RoleDeclared) -> None:
-        board.roles[e.role or ""] = {"id": e.role, "name": e.name, "color": e.color, "weight": e.weight,
-                                     "factor": 1.0}
+        factor = board.roles.get(e.role or "", {}).get("factor", 1.0)  # QoS's reweighting kept
+        board.roles[e.role or ""] = {**_role_entry(e), "factor": factor}
         self._tell(board.run.run, {"type": "roles", "roles": list(board.roles.values())})
 
     def _weights(self, board: Board, e: RoleWeightsChanged) -> None:
@@ -359,6 +366,10 @@ class Boards:
         """The runs on the boards, the newest first."""
         boards = [b for b in list(self._states.values()) if isinstance(b, Board) and b.shown]
         return sorted((b.summary() for b in boards), key=lambda r: -r["started_at_ms"])
+
+
+def _role_entry(e: RoleDeclared) -> Message:
+    return {"id": e.role, "name": e.name, "color": e.color, "weight": e.weight, "factor": 1.0}
 
 
 _HANDLERS: dict[type[Event], str] = {  # the method that takes each type in

@@ -189,3 +189,27 @@ def test_a_comment_shows_waiting_until_its_outcome_comes(watched) -> None:  # ty
     feed.handle(DanmakuWaiting(id="d6-wait", run="r1", causation="d6", correlation="d6", heard_ms=4100,
                                cls="comment"), at_ms=4100)
     assert feed.state().feed["d6"]["outcome"] == "cue"
+
+
+def test_the_roles_show_from_the_runs_start_whatever_came_first() -> None:
+    """A role's declaration travels on a stream of its own: taken in before the run's start (the
+    preview does not hold the run yet), it is not lost; the page is told the roles with the run."""
+    actor = PreviewActor()
+    told: list[tuple[str, dict[str, Any]]] = []
+    actor.listeners.append(lambda run, message: told.append((run, message)))
+    run = demo_run()
+    feed = ListFeed(actor, run)
+    spec = run.show["roles"][0]
+    feed.handle(RoleDeclared(id=f"r1-role-{spec['id']}", run="r1", role=spec["id"], name=spec["name"],
+                             persona="", language="en"), at_ms=0)  # before the start: not held, let go
+    feed.handle(RoleWeightsChanged(id="w0", run="r1", weights={spec["id"]: 1.5}, reason="waits"), at_ms=0)
+    feed.handle(run, at_ms=0)
+    board = feed.state()
+    names = [r["name"] for r in run.show["roles"]]
+    assert [r["name"] for r in board.roles.values()] == names
+    roles = [m for _, m in told if m["type"] == "roles"]
+    assert roles and [r["name"] for r in roles[-1]["roles"]] == names
+    feed.handle(RoleWeightsChanged(id="w1", run="r1", weights={spec["id"]: 1.5}, reason="waits"), at_ms=10)
+    feed.handle(RoleDeclared(id=f"r1-role-{spec['id']}", run="r1", role=spec["id"], name=spec["name"],
+                             persona="", language="en"), at_ms=20)  # redelivered: the weight kept
+    assert board.roles[spec["id"]]["factor"] == 1.5

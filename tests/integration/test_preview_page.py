@@ -39,6 +39,7 @@ async def until(page: Any, script: str, timeout_s: float, what: str) -> Any:
         state = await page.evaluate("({status: document.getElementById('status').textContent, "
                                     "media: document.getElementById('media').textContent, "
                                     "sent: document.getElementById('sent').textContent, "
+                                    "roles: document.getElementById('roles').innerText, "
                                     "mine: Object.keys(troupe.sent).map(id => troupe.items[id])})")
         raise AssertionError(f"the page did not show {what} within {timeout_s} s: {state}") from exc
 

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 from events.base import Event
 from events.errors import HandlerError
 from events.run import RunStarted
-from events.subjects import PREFIX
+from events.subjects import PREFIX, family_of
 from infra.settings import Settings, run_settings
 
 __all__ = [
@@ -246,7 +246,7 @@ def inputs_for(consumes: Iterable[type[Event]]) -> tuple[Input, ...]:
     without a role token after the type)."""
     families: dict[str, list[str]] = {}
     for cls in consumes:
-        family = cls.type.split(".", 1)[0]
+        family = family_of(cls.type)
         families.setdefault(family, []).extend((f"{PREFIX}.*.{cls.type}", f"{PREFIX}.*.{cls.type}.>"))
     return tuple(Input(family, tuple(filters)) for family, filters in families.items())
 

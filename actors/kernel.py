@@ -60,6 +60,7 @@ from actors.base import (
 )
 from events.base import Event
 from events.run import RunEnded, RunStarted
+from events.subjects import family_of
 from infra.settings import Settings, load_settings, run_settings
 from schedulers.batching import Job, RoleScheduler
 from schedulers.priority import PriorityPolicy
@@ -341,13 +342,14 @@ class Kernel(Generic[P]):
                            event.run, wall)
             return Taken(decision, ctx, queued=True)
         self._taken_up([event])  # an urgent input handled at once (a late one): nothing gives way to it
-        if self.stamps and run is not None and run.run in self.runs and not decision.ended:
+        if self.stamps and run is not None and self.holds(run.run) and not decision.ended:
             seen = self._seen.setdefault(run.run, {})
             if seq is not None:
-                family = event.type.split(".", 1)[0]
+                family = family_of(event.type)
                 seen[family] = max(seen.get(family, 0), seq)
-            if seen:
-                return Taken(decision, ctx, call=functools.partial(_stamped, dict(seen), actor.handle, event, ctx))
+            if seen:  # what it had taken in as this input was, handed to its outputs
+                stamp, run_id = dict(seen), run.run
+                return Taken(decision, ctx, call=lambda: _stamp(actor.handle(event, ctx), run_id, stamp))
         return Taken(decision, ctx, call=functools.partial(actor.handle, event, ctx))
 
     def prepare(self, event: Event) -> None:
@@ -502,10 +504,7 @@ class Kernel(Generic[P]):
         assert isinstance(self.actor, ClockedActor)
         outputs = self.actor.tick(self.context(run, now_ms))
         seen = self._seen.get(run.run) if self.stamps else None
-        if not seen:
-            return outputs
-        stamp, run_id = dict(seen), run.run
-        return [dataclasses.replace(o, seen=stamp, ticked_ms=now_ms) if o.run == run_id else o for o in outputs]
+        return _stamp(outputs, run.run, dict(seen), now_ms) if seen else outputs
 
     @staticmethod
     def _show_ms(run: RunStarted | None, wall_ms: int) -> int:
@@ -516,14 +515,11 @@ def _raise(exc: BaseException) -> Handled:
     raise exc
 
 
-def _stamped(seen: dict[str, int], handle: Callable[[Event, Context], Handled], event: Event, ctx: Context) -> Handled:
-    """A handler's outputs of the input's run, stamped with what the actor had taken in of it (a
-    generator's as they are yielded)."""
-    outputs = handle(event, ctx)
-    run = event.run
-    if isinstance(outputs, list | tuple):
-        return [dataclasses.replace(o, seen=seen) if o.run == run else o for o in outputs]
-    return (dataclasses.replace(o, seen=seen) if o.run == run else o for o in outputs)
+def _stamp(outputs: Handled, run: str, seen: dict[str, int], ticked_ms: int | None = None) -> Handled:
+    """Outputs of a run stamped with what the actor had taken in of it, and the tick that made
+    them (None: a handler); a generator's as they are yielded."""
+    stamped = (dataclasses.replace(o, seen=seen, ticked_ms=ticked_ms) if o.run == run else o for o in outputs)
+    return list(stamped) if isinstance(outputs, list | tuple) else stamped
 
 
 # -- the list feed: tests and benchmarks ----------------------------------------------------

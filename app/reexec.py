@@ -38,6 +38,7 @@ from events.base import Event
 from events.errors import ConfigError
 from events.frame import FaceMark, FrameRendered
 from events.run import RunEnded, RunStarted
+from events.subjects import family_of
 from events.viseme import FaceChanged, VisemeCut, VisemeTrack
 from infra.metrics import Metrics
 from infra.settings import Settings, load_settings
@@ -138,7 +139,7 @@ def _recorded_inputs(actor: Actor, run: RunStarted, rows: list[Row]) -> dict[str
     out: dict[str, list[Recorded]] = {}
     for row in in_stream_order(rows, tuple(actor.consumes)):
         if not isinstance(row.event, RunEnded) and admit(actor, row.event, run).handled:
-            out.setdefault(row.event.type.split(".", 1)[0], []).append(Recorded(row.event, row.stream_seq))
+            out.setdefault(family_of(row.event.type), []).append(Recorded(row.event, row.stream_seq))
     return out
 
 

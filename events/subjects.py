@@ -79,6 +79,11 @@ def run_of(subject: str) -> str | None:
     return parts[1] if len(parts) >= 4 and parts[0] == PREFIX else None
 
 
+def family_of(type_: str) -> str:
+    """The family of an event type (``audio.chunk`` -> ``audio``): its stream's."""
+    return type_.split(".", 1)[0]
+
+
 def type_of(subject: str) -> str | None:
     """The event type a Troupe subject carries (``troupe.<run>.<family>.<name>[.<role>]``), or None."""
     parts = subject.split(".")

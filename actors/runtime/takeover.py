@@ -53,7 +53,7 @@ from events import codec
 from events.base import Event
 from events.errors import DecodeError
 from events.run import RunStarted
-from events.subjects import PREFIX, stream_name
+from events.subjects import PREFIX, family_of, stream_name
 from infra.bus import ConsumerSpec, read_stream
 from infra.lease import runs_on_air
 
@@ -225,7 +225,7 @@ def unpublished(emitted: Sequence[Event], stored: set[str], answered: Collection
     out: list[Event] = []
     sent: set[str] = set()
     for event in emitted:
-        if event.id in stored or event.type.split(".", 1)[0] in UNREAD_FAMILIES:
+        if event.id in stored or family_of(event.type) in UNREAD_FAMILIES:
             continue
         if event.causation is None or event.causation not in answered or event.causation in sent:
             out.append(event)

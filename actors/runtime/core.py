@@ -229,7 +229,10 @@ class ActorRuntime:
                 if run is None or run.replay_of is not None or run_id in owners.leases:
                     continue
                 await loop.run_in_executor(self._claims_pool, self._prepare, run)
-                if run.id in self.kernel.prepared:
+                if run_id in owners.leases:  # claimed here while it was built: the claim takes it,
+                    if self.kernel.holds(run_id):  # unless the run's start was taken already
+                        self.kernel.prepared.pop(run.id, None)
+                elif run.id in self.kernel.prepared:
                     self.spares[run_id] = run.id
                 break
 
@@ -238,6 +241,7 @@ class ActorRuntime:
         floor when another process read them before), its state rebuilt from the streams, its
         fetch loops; False when the run cannot be taken yet (its start not found)."""
         assert self.owners is not None
+        self.spares.pop(run_id, None)  # held here now: what was built ahead is taken with its start
         run = await self.runs.get(run_id)
         if run is None:
             return False
@@ -247,7 +251,6 @@ class ActorRuntime:
         report = Takeover()
         for spec in specs:
             report.floors[spec.durable] = await restart_from_floor(self.js, spec)
-        self.spares.pop(run_id, None)  # what was built ahead for it is taken with its start
         if any(report.floors.values()):  # another process read this run before: its state rebuilt
             if type(self.actor).prepare is not Actor.prepare and run.id not in self.kernel.prepared:
                 # what takes long (sprites), off the actor's thread, one run at a time and at a

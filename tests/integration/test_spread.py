@@ -170,8 +170,9 @@ async def test_a_renderer_builds_ahead_the_runs_another_holds_and_takes_one_over
             assert spare.kernel.prepared.get(run.id) is not None and run.run not in holder.spares
             await crash(stage if holder is a else stage_b, holder)
             await wait_for(lambda: run.run in held(spare)[0], 30, "the run taken over")
+            # Its key held, the run is taken once its state is rebuilt: drawing, with what was built ahead.
+            await wait_for(lambda: getattr(spare.kernel.state(run.run), "renderer", None) is not None, 30,
+                           "the run drawn by the renderer that took it over")
             assert run.run not in spare.spares and run.id not in spare.kernel.prepared  # taken with its start
-            state = spare.kernel.state(run.run)
-            assert state is not None and state.renderer is not None  # drawing, with what was built ahead
         finally:
             await shows.close()

@@ -12,9 +12,10 @@ import dataclasses
 import difflib
 import re
 import unicodedata
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from actors.backends.llm_scripted import ScriptedLLM
 from actors.backends.protocols import Persona, Prompt, Sentence
@@ -42,8 +43,10 @@ from events.danmaku import (
 from events.run import RunEnded, RunStarted
 from events.show import RoleSpec, Show, blocked, show_from_dict
 from events.utterance import UtteranceChunk, UtteranceDropped
+from events.viewer import ViewerRecalled, remembered
 from infra.settings import Settings
 from schedulers.choice import GREETING, KIND_NAMES, comment_kind
+from schedulers.memory import asks_to_forget, forgotten_line
 from schedulers.pace import Pace, paced
 from schedulers.stage import (
     ADDRESSED,
@@ -77,6 +80,7 @@ def _mentions(keyword: str, folded: str, words: set[str]) -> bool:
     return keyword in words if keyword.isascii() else keyword in folded
 
 
+EARLY_RECALLS = 256  # recalls kept for comments not taken in yet (or turned away: they go the oldest first)
 OPENERS_KEPT = 3  # a role's last openers in a run: none of them is said again next
 _SCRIPTED = ScriptedLLM()  # the openers' library (pure: the run's seed and the cue pick one)
 # A reply whose speech is estimated to start this soon is left to be said: it may already be on air.
@@ -151,6 +155,7 @@ class _Waiting:
     heard: dict[str, int] = field(default_factory=dict)  # an attached duplicate -> when it was taken in
     form: int = 0                 # what it asks (schedulers.choice: question, remark, greeting)
     role: str = ""                # the role it waits for ("": the least busy when it is answered)
+    recall: ViewerRecalled | None = None  # what the stage remembered of its viewer (danmaku.recalled)
 
 
 @dataclass(slots=True)
@@ -169,13 +174,18 @@ class _RunState:
     recent: deque[_Recent] = field(default_factory=lambda: deque(maxlen=64))
     waiting: dict[str, _Waiting] = field(default_factory=dict)  # danmaku id -> it and its duplicates
     openers: dict[str, deque[str]] = field(default_factory=dict)  # role -> its last openers
+    # Comments of viewers the stage may remember, waiting for the recall (danmaku.recalled) or its
+    # wait limit: danmaku id -> the comment and when it was taken in.
+    recalling: dict[str, tuple[DanmakuReceived, int]] = field(default_factory=dict)  # id -> (it, wait limit)
+    early: OrderedDict[str, ViewerRecalled] = field(default_factory=OrderedDict)  # recalls before their comment
+    greeted: set[str] = field(default_factory=set)  # viewers answered in this run (greeted back once)
 
 
 class Director(ClockedActor):
     """Turns danmaku into cues: which role answers what."""
 
     name = "director"
-    consumes = (DanmakuReceived, OperatorControl, RolePaceMeasured, SpeechPlaced, RunStarted, RunEnded)
+    consumes = (DanmakuReceived, ViewerRecalled, OperatorControl, RolePaceMeasured, SpeechPlaced, RunStarted, RunEnded)
     emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, DanmakuWaiting, SegmentStarted, ControlApplied,
              StagePaced, FloorFollowed, UtteranceChunk, UtteranceDropped)
     accepts_unknown_runs = True
@@ -199,7 +209,7 @@ class Director(ClockedActor):
     # -- the clock: comments waiting for the floor, the show's own turns --------
 
     def next_tick(self, state: _RunState) -> int | None:
-        return _earliest(state.plan.next_due_ms(), state.floor.next_due_ms())
+        return _earliest(state.plan.next_due_ms(), state.floor.next_due_ms(), _recall_due(state))
 
     def tick(self, ctx: Context) -> Sequence[Event]:
         state: _RunState | None = ctx.state
@@ -212,7 +222,12 @@ class Director(ClockedActor):
         decided, then the show's own turn."""
         out: list[Event] = []
         plan, floor = state.plan, state.floor
-        while (due := _earliest(plan.next_due_ms(), floor.next_due_ms())) is not None and due <= now_ms:
+        while (due := _earliest(plan.next_due_ms(), floor.next_due_ms(), _recall_due(state))) is not None \
+                and due <= now_ms:
+            for key, (comment, until) in list(state.recalling.items()):  # the recall did not come in time
+                if until <= due:
+                    del state.recalling[key]
+                    out += self._take_in(state, comment, due)
             out += floor.changes(due)
             out += floor.operator_at(due)
             comments = plan.next_due_ms()
@@ -242,12 +257,23 @@ class Director(ClockedActor):
         out = self._catch_up(state, ctx.now_ms)
         if isinstance(event, RunEnded):  # the show stops speaking by itself
             state.floor.closed = True
+            for comment, _ in list(state.recalling.values()):  # (answered, or let go, as the others)
+                out += self._take_in(state, comment, ctx.now_ms)
+            state.recalling.clear()
         elif isinstance(event, OperatorControl):
             out += state.floor.control(event, ctx.now_ms)
             if state.floor.hold_all:  # the comments waiting go too (moderator lines never wait)
                 out += self._outcomes(state, state.plan.drain(ctx.now_ms, "on_hold"))
         elif isinstance(event, DanmakuReceived):
             out += self._take(state, event, ctx.now_ms)
+        elif isinstance(event, ViewerRecalled):
+            waiting = state.recalling.pop(event.danmaku, None)
+            if waiting is not None:
+                out += self._take_in(state, waiting[0], ctx.now_ms, event)
+            else:  # handed over before its comment (re-execution, a takeover), or late: kept a while
+                state.early[event.danmaku] = event
+                while len(state.early) > EARLY_RECALLS:
+                    state.early.popitem(last=False)
         elif isinstance(event, RolePaceMeasured):
             out += self._paced(state, event, ctx.now_ms)
         elif isinstance(event, SpeechPlaced):
@@ -313,12 +339,30 @@ class Director(ClockedActor):
                 correlation=event.id, t_ms=now, reason=code, detail=detail,
                 user=event.user[:MAX_USER_CHARS], text=event.text[:200],
             )]
-        key = normalise(event.text)
+        if state.settings.memory == "on" and event.kind != "moderator" and remembered(event.viewer) \
+                and state.settings.recall_wait_ms > 0:
+            # What the stage remembers of the viewer comes as danmaku.recalled, within a few ms:
+            # the comment is taken in then, or at its wait limit without.  The limit counts from
+            # when the comment was sent (not when it was handled: re-execution hands a comment
+            # that caused nothing yet over at about, not exactly, that time).
+            recall = state.early.pop(event.id, None)
+            sent = min(now, event.at_ms - state.run.started_at_ms if event.at_ms else event.t_ms)
+            if recall is None and sent + state.settings.recall_wait_ms > now:
+                state.recalling[event.id] = (event, sent + state.settings.recall_wait_ms)
+                return []
+            return self._take_in(state, event, now, recall)
+        return self._take_in(state, event, now)
+
+    def _take_in(self, state: _RunState, event: DanmakuReceived, now: int,
+                 recall: ViewerRecalled | None = None) -> list[Event]:
+        """A valid comment, with what the stage recalls of its viewer where that came: merged with the
+        same comment, or waiting for the floor."""
         if held_back(state.floor, event.kind):
             return [DanmakuSkipped(
                 id=event.derive("skipped"), run=event.run, causation=event.id, correlation=event.id, t_ms=now,
                 reason="on_hold", detail=SKIP_DETAIL["on_hold"], user=event.user, text=event.text, heard_ms=now,
             )]
+        key = normalise(event.text)
         kind = comment_kind(event.text)
         addressee = self._addressee(state, event)
         greeting = (addressee[0] if addressee else "") if kind == GREETING and event.kind == "comment" else None
@@ -338,9 +382,11 @@ class Director(ClockedActor):
         superseded = (self._supersede(state, event, now) + self._yield_own(state, event, now)
                       + self._make_room(state, event, now))
         role = addressee[0] if addressee else _keyword_role(state, event) or ""
-        state.waiting[event.id] = waiting = _Waiting(event, key, greeting=greeting, form=kind, role=role)
+        state.waiting[event.id] = waiting = _Waiting(event, key, greeting=greeting, form=kind, role=role,
+                                                      recall=recall)
+        regular = state.settings.regulars_first == "on" and recall is not None and recall.shows > 0
         out = superseded + self._outcomes(state, state.plan.add(event.id, self._class(state, event), event.who, now,
-                                                                kind, role))
+                                                                kind, role, regular))
         if event.id in state.waiting:  # not answered at once: it waits for the floor
             out.append(self._waits(state, event, waiting, now))
         return out
@@ -454,8 +500,14 @@ class Director(ClockedActor):
             text=event.text, danmaku=(event.id, *waiting.attached), routed_by=routed_by,
             priority=_priority(spec.weight, event.kind, settings.interrupt_priority, d.urgent),
             deadline_ms=now + settings.cue_deadline_ms, max_sentences=sentences, heard_ms=d.candidate.arrival_ms,
-            gift=event.kind == "gift", begins_ms=state.plan.begins(cue_id),
+            gift=event.kind == "gift", begins_ms=state.plan.begins(cue_id), viewer=event.viewer,
+            **_remembered(state, event, waiting.recall),
         )
+        if state.settings.memory == "on" and remembered(event.viewer) and asks_to_forget(event.text):
+            # A viewer's !forget: said done, word for word, with nothing of them (the projector
+            # forgets them at its recall; this reply is blanked with the rest of their chains).
+            cue = dataclasses.replace(cue, text=forgotten_line(event.text), verbatim=True, viewer="",
+                                      recalled="", returning=False, regular=False, facts=(), bears=0)
         opener = self._opener(state, spec, cue)
         said: list[Event] = []
         if opener is not None:
@@ -486,7 +538,7 @@ class Director(ClockedActor):
         tries to steer the writer: the scripted writer deflects the rest).  None where the role's
         writer is instant (scripted), or with ``TROUPE_OPENERS=off``."""
         settings = state.settings
-        if settings.openers == "off" or (spec.llm_backend or settings.llm_backend) == "scripted":
+        if settings.openers == "off" or (spec.llm_backend or settings.llm_backend) == "scripted" or cue.verbatim:
             return None
         persona = Persona(spec.id, spec.name, spec.persona, spec.language, spec.keywords, spec.llm_adapter)
         prompt = Prompt(cue_id=cue.id, user=cue.user, text=cue.text, seed=state.run.seed, gift=cue.gift)
@@ -581,6 +633,24 @@ def _keyword_role(state: _RunState, event: DanmakuReceived) -> str | None:
     scores = {r.id: sum(1 for k in r.keywords if _mentions(k.casefold(), folded, words)) for r in show.roles}
     best = max(scores.values())
     return next(r.id for r in show.roles if scores[r.id] == best) if best > 0 else None
+
+
+def _recall_due(state: _RunState) -> int | None:
+    """When the first comment waiting for its recall goes on without it."""
+    return min((until for _, until in state.recalling.values()), default=None)
+
+
+def _remembered(state: _RunState, event: DanmakuReceived, recall: ViewerRecalled | None) -> dict[str, Any]:
+    """What a cue carries of what the stage remembered of its viewer: greeted back at their first
+    reply in a show they came back to, a regular (earlier shows, or gifts), what they said before."""
+    if recall is None or not recall.known:
+        if event.viewer:
+            state.greeted.add(event.viewer)
+        return {}
+    first = event.viewer not in state.greeted
+    state.greeted.add(event.viewer)
+    return {"recalled": recall.id, "returning": first and recall.shows > 0,
+            "regular": recall.shows > 0 or recall.gifts > 0, "facts": recall.facts, "bears": len(recall.bears)}
 
 
 def _earliest(*dues: int | None) -> int | None:

@@ -772,6 +772,21 @@ def replay(kernel: Kernel[Event], run: RunStarted, inputs: Iterable[tuple[int, E
         yield None, kernel.tick(run, clock_to_ms)
 
 
+def take_over(kernel: Kernel[Event], run: RunStarted, feed: Iterable[tuple[int, Event] | Fed | Tick],
+              clock_to_ms: int | None,
+              last: Event | None) -> list[Event]:
+    """A run taken over mid-show, in a kernel that has not held it: the actor told it is taking the
+    run over, the run's past inputs handed to it again (``replay``: its clock run up to
+    ``clock_to_ms`` where its decisions come from it), and one that goes on from its last output
+    (``resumes_from``) told what that was.  What the replay emitted: the last holder published it,
+    or should have.  A takeover's rebuild and re-execution at a recorded takeover both come here."""
+    kernel.taking_over(run)
+    emitted = [e for _, outputs in replay(kernel, run, feed, clock_to_ms) for e in outputs]
+    if last is not None:
+        kernel.resume(run, last)
+    return emitted
+
+
 def _drain(kernel: Kernel[Event], run: RunStarted, at_ms: int) -> Iterator[tuple[Event | None, Handled]]:
     """A scheduled actor's queued work, handled at once (a batch takes no time here)."""
     wall_ms = run.started_at_ms + at_ms

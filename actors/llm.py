@@ -391,6 +391,7 @@ class LLMActor(ScheduledActor):
         context = tuple(f"{_name(show, who)}: {text}" for _, who, text in state.spoken)
         prompt = Prompt(cue_id=event.id, user=event.user, text=event.text, seed=ctx.run.seed, context=context,
                         max_sentences=limit, cast=tuple(r.name for r in show.roles), gift=event.gift,
+                        returning=event.returning, regular=event.regular, facts=event.facts, bears=event.bears,
                         **self._own_line(event, show, state))
         writer = self.writer_for(role)
         scripted = self._built("scripted", None)

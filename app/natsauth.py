@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from actors.base import Actor
 from actors.runtime.owners import MEMBER, OWN
 from app.registry import ACTORS
+from events.base import registry
 from events.error import DeadLettered
 from events.qos import QosObserved
 from events.run import RunOwned
@@ -41,6 +42,7 @@ from events.subjects import (
     MODERATOR,
     PREFIX,
     family_filter,
+    family_of,
     file_store_bytes,
     stream_name,
 )
@@ -93,6 +95,12 @@ def _stream_info() -> list[str]:
     return [f"{API}.INFO", *(f"{API}.STREAM.INFO.{stream_name(f)}" for f in FAMILIES)]
 
 
+def _erase() -> list[str]:
+    """Erasing single messages from the streams that hold a viewer's personal text (``!forget``)."""
+    families = sorted({family_of(t) for t in registry.types() if registry.lookup(t).personal})
+    return [f"{API}.STREAM.MSG.DELETE.{stream_name(f)}" for f in families]
+
+
 def _provision() -> list[str]:
     return [f"{API}.STREAM.{op}.{stream_name(f)}" for f in FAMILIES for op in ("CREATE", "UPDATE")]
 
@@ -132,6 +140,8 @@ def actor_user(name: str, cls: type[Actor]) -> User:
     if cls.takes_over:
         publish += _takeover(name, cls)
     subscribe: tuple[str, ...] = (INBOX,)
+    if name == "memory":  # a viewer's !forget: the projector it runs erases their messages
+        publish += _erase()
     if name == "preview":  # its page's input box sends danmaku like any producer (never a
         # moderator line), its buttons the operator's controls (for the token holder), and it
         # waits for their answers, from families it consumes anyway

@@ -1,27 +1,26 @@
 """Re-execution: run the deterministic actors again on a recorded run and find where they diverge.
 
 In process, without NATS.  Each deterministic actor gets its recorded inputs in
-the order it handled them (its stream's order) at the show time it handled them
-(the ``t_ms`` of what it emitted then), and what it emits is compared with what
-was recorded, field by field (the wall-clock ``at_ms`` and a frame's measured
-lateness are observations, not outputs).  Model outputs (LLM text, TTS audio) and
+the order it took them in, at the show time it handled them, with its clock's
+ticks where they were (``actors.kernel.handling_order``: its recorded outputs say
+all three), and what it emits is compared with what was recorded, field by field
+(the wall-clock ``at_ms`` is an observation, not an output).  Model outputs (LLM text, TTS audio) and
 timing (which viseme track a frame found) are inputs: they come from the store.
 
 - director: danmaku in, cues / merges / rejections / skips out, each danmaku at the
   show time the director took it in (``heard_ms``: a comment may wait for the floor),
   and its clock run up to its last recorded decision;
 - lipsync: audio chunks in, viseme tracks out;
-- render: each recorded frame is drawn again from its viseme track and its JPEG
-  digest compared with the recorded one.
+- render: viseme tracks, cuts, faces, segments and resolution changes in, frames (their JPEG
+  digests compared) and frame observations out, its clock ticked where it ticked; where the run
+  was taken over, rebuilt there as the process that took it over did.
+
+Measurements of the machine (``Event.measured``: what a frame cost to draw) are not compared.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
-import dataclasses
 import hashlib
-import itertools
-import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -31,24 +30,23 @@ import orjson
 from sqlalchemy import Engine
 
 from actors.base import Actor, ClockedActor
-from actors.kernel import Kernel, Recorded, Tick, admit, handling_order, replay
+from actors.kernel import Fed, Kernel, Recorded, Tick, admit, handling_order, replay, take_over
 from app.registry import REEXECUTED, Wiring, entry
 from events import codec
 from events.base import Event
 from events.errors import ConfigError
-from events.frame import FaceMark, FrameRendered
-from events.run import RunEnded, RunStarted
+from events.frame import FrameRendered
+from events.run import RunEnded, RunOwned, RunStarted
 from events.subjects import family_of
-from events.viseme import FaceChanged, VisemeCut, VisemeTrack
+from events.viewer import redact
 from infra.metrics import Metrics
 from infra.settings import Settings, load_settings
+from store.forget import redacted_ids
 from store.queries import Row, in_stream_order, iter_rows, run_info, run_started
 
 ACTORS = REEXECUTED
 IGNORED = {"at_ms"}
-IGNORED_PAYLOAD = {"late_ms", "jpeg", "encoder"}
-# A frame to draw again: n, its track, its resolution, the faces it drew, its back wall (actors.render.Job).
-Job = tuple[int, VisemeTrack | None, str, tuple[FaceMark, ...] | None, str]
+IGNORED_PAYLOAD = {"jpeg", "encoder"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +61,7 @@ class Divergence:
     expected: dict[str, Any] | None
     actual: dict[str, Any] | None
     chain: tuple[dict[str, Any], ...]  # the causal chain that led to it, root first
+    past_redaction: bool = False  # the actor had been fed a blanked input (a forgotten viewer's) before it
 
 
 @dataclass(slots=True)
@@ -70,13 +69,19 @@ class Verification:
     run: str
     show_ms: int
     checked: dict[str, int] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # actor -> why it was not re-executed
     divergence: Divergence | None = None
+    # A forgotten viewer's events, blanked in the store (``store.forget``): re-executed from the
+    # blanked inputs, the outputs from the first of them on may differ, and are not judged.
+    redacted: int = 0
+    unchecked: dict[str, int] = field(default_factory=dict)  # actor -> differing outputs past a redaction
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         d = self.divergence
         return {
-            "run": self.run, "divergences": 0 if d is None else 1, "checked": self.checked,
+            "run": self.run, "divergences": 0 if d is None else 1, "checked": self.checked, "skipped": self.skipped,
+            "redacted": self.redacted, "unchecked": self.unchecked,
             "seconds": round(self.seconds, 3), "show_ms": self.show_ms,
             "x_realtime": round(self.show_ms / 1000 / self.seconds, 1) if self.seconds else None,
             "first_divergence": None if d is None else {
@@ -93,7 +98,7 @@ def comparable(event: Event, digest: str | None = None) -> dict[str, Any]:
     for key in IGNORED:
         doc.pop(key, None)
     payload = doc.get("payload", {})
-    for key in IGNORED_PAYLOAD:
+    for key in (*IGNORED_PAYLOAD, *event.measured):
         payload.pop(key, None)
     if isinstance(event, FrameRendered) and event.encoder is not None:
         # JPEG from a GPU encoder differs in its bytes from the CPU's: what the frame shows
@@ -135,102 +140,128 @@ class _Recording:
 def _recorded_inputs(actor: Actor, run: RunStarted, rows: list[Row]) -> dict[str, list[Recorded]]:
     """An actor's recorded inputs, per family in stream order: those it takes (``admit``), up to
     the run's end (not fed: the recording ends there, and a clocked actor's clock is run up to its
-    last recorded decision instead)."""
+    last recorded decision instead), but for the renderer, whose frames the end bounds."""
     out: dict[str, list[Recorded]] = {}
+    # The renderer's end bounds the frames it draws: where its frames say it took the end in, it is fed.
+    ends = isinstance(actor, ClockedActor) and actor.resumes_from is not None
     for row in in_stream_order(rows, tuple(actor.consumes)):
-        if not isinstance(row.event, RunEnded) and admit(actor, row.event, run).handled:
+        if (ends or not isinstance(row.event, RunEnded)) and admit(actor, row.event, run).handled:
             out.setdefault(family_of(row.event.type), []).append(Recorded(row.event, row.stream_seq))
     return out
 
 
 def _replay_handler(
     name: str, actor: Actor, run: RunStarted, rows: list[Row], owned: frozenset[str], rec: _Recording,
-    clocked: bool = False,
+    redacted: frozenset[str] = frozenset(),
 ) -> Iterator[Divergence | int]:
     """Feed one actor's kernel its recorded inputs in the order it took them in, each at the show
-    time it was handled (``handling_order``: its outputs record both), and, when ``clocked``, its
-    clock up to its last recorded output; yields divergences, and the count checked at the end."""
+    time it was handled, and its clock's ticks where they were (``handling_order``: its outputs
+    record all three); yields divergences, and the count checked at the end.
+
+    A clocked actor whose outputs record no ticks (recorded before they did) has its clock run up to
+    its last recorded decision instead.  Where the run was taken over and its state rebuilt (a
+    ``run.owned`` that says so), an actor that goes on from its last output (the renderer) is
+    rebuilt there too, in a fresh kernel, as the process that took it over did (``take_over``)."""
     produced: set[str] = set()
     checked = 0
     inputs = _recorded_inputs(actor, run, rows)
     mine = [r.event for r in rec.rows if r.event.type in owned]
     by_id = {r.event.id: r for r in rows}
     schedule = handling_order(inputs, mine)
-    # Its clock ticked where its outputs say; a recording whose outputs do not say: run up to its last decision.
     ticks = any(isinstance(item, Tick) for item in schedule)
+    clocked = isinstance(actor, ClockedActor)
     last = max((e.t_ms for e in mine), default=0) if clocked and not ticks else None
-    for event, outputs in replay(Kernel(actor), run, schedule, last):
-        row = by_id.get(event.id) if event is not None else None
-        for out in outputs:
-            produced.add(out.id)
-            recorded = rec.by_id.get(out.id)
-            actual = comparable(out)
-            if recorded is None:
-                cause = out.causation if row is None else row.event.id
-                cause_row = rec.by_id.get(cause or "")
-                yield Divergence(name, row.pos if row is not None else cause_row.pos if cause_row else 0,
-                                 out.id, out.type, "unexpected", None, actual, rec.chain(cause or ""))
-                continue
-            expected = comparable(recorded.event, _recorded_digest(recorded))
-            for stamp in ("seen", "ticked_ms"):  # recorded before outputs said what their actor had taken in
-                if stamp not in expected:
-                    actual.pop(stamp, None)
-            checked += 1
-            if expected != actual:
-                yield Divergence(name, recorded.pos, out.id, out.type, "differs", expected, actual,
-                                 rec.chain(out.id))
+    done: list[Fed | Tick] = []  # what the kernel was fed so far: what a takeover rebuilt from
+    parts = list(_held(actor, rec, schedule))
+    blanked: list[int] = []  # the store position of the first blanked input handed to the kernel
+
+    def watched(items: list[Fed | Tick]) -> Iterator[Fed | Tick]:
+        for item in items:
+            if not blanked and not isinstance(item, Tick) and item[1].id in redacted:
+                row = by_id.get(item[1].id)
+                blanked.append(row.pos if row is not None else 0)
+            yield item
+
+    for k, (owner, segment) in enumerate(parts):
+        kernel: Kernel[Event] = Kernel(actor)
+        if owner is not None:  # taken over here: a fresh kernel, the run's past handed to it again
+            resumed = rec.by_id.get(owner.resumed)
+            take_over(kernel, run, [item for item in done if isinstance(item, Fed)], None,
+                      resumed.event if resumed is not None else None)
+        done += segment
+        for event, outputs in replay(kernel, run, watched(segment), last if k == len(parts) - 1 else None):
+            row = by_id.get(event.id) if event is not None else None
+            tainted = bool(blanked)
+            for out in outputs:
+                produced.add(out.id)
+                recorded = rec.by_id.get(out.id)
+                actual = comparable(out)
+                if recorded is None:
+                    cause = out.causation if row is None else row.event.id
+                    cause_row = rec.by_id.get(cause or "")
+                    yield Divergence(name, row.pos if row is not None else cause_row.pos if cause_row else 0,
+                                     out.id, out.type, "unexpected", None, actual, rec.chain(cause or ""), tainted)
+                    continue
+                if out.id in redacted:  # compared as the store keeps it: blanked
+                    actual = comparable(redact(out))
+                expected = comparable(recorded.event, _recorded_digest(recorded))
+                for stamp in ("seen", "ticked_ms"):  # recorded before outputs said what their actor had taken in
+                    if stamp not in expected:
+                        actual.pop(stamp, None)
+                if str(expected.get("blob_sha256", "")).startswith("not compared"):  # a GPU's JPEG
+                    actual["blob_sha256"] = expected["blob_sha256"]
+                checked += 1
+                if expected != actual:
+                    yield Divergence(name, recorded.pos, out.id, out.type, "differs", expected, actual,
+                                     rec.chain(out.id), tainted or _blanked_chain(rec, out.id, redacted))
     handled = {r.event.id for family in inputs.values() for r in family}
     for row in rec.rows:
-        if row.event.type in owned and row.event.id not in produced and row.event.causation in handled:
+        if row.event.type in owned and row.event.id not in produced and (
+                row.event.causation in handled or row.event.ticked_ms is not None):
             yield Divergence(name, row.pos, row.event.id, row.event.type, "missing",
-                             comparable(row.event, _recorded_digest(row)), None, rec.chain(row.event.id))
+                             comparable(row.event, _recorded_digest(row)), None, rec.chain(row.event.id),
+                             (bool(blanked) and row.pos > blanked[0]) or _blanked_chain(rec, row.event.id, redacted))
     yield checked
 
 
-def _frames(run: RunStarted, settings: Settings, rec: _Recording, workers: int) -> Iterator[Divergence | int]:
-    from actors.render import Redrawer, batches
-    from actors.visemes import apply_cuts, as_drawn
+def _blanked_chain(rec: _Recording, event_id: str, redacted: frozenset[str]) -> bool:
+    """Whether a recorded event follows from a blanked one (its causal chain holds one)."""
+    return bool(redacted) and any(c["id"] in redacted for c in rec.chain(event_id))
 
-    frames = sorted((r for r in rec.rows if isinstance(r.event, FrameRendered)), key=lambda r: r.event.n)  # type: ignore[attr-defined]
-    whole = {r.event.id: r.event for r in rec.rows if isinstance(r.event, VisemeTrack)}
-    tracks = apply_cuts(whole.values(), (r.event for r in rec.rows if isinstance(r.event, VisemeCut)))
-    redraw = Redrawer(run, settings, memo_size=512,
-                      faces=(r.event for r in in_stream_order(rec.rows, FaceChanged)))
-    jobs: list[tuple[Row, Job]] = []
-    for row in frames:
-        frame = row.event
-        assert isinstance(frame, FrameRendered)
-        redraw.prepare(frame.resolution, frame.background)
-        track_row = rec.by_id.get(frame.track) if frame.track else None
-        if frame.track and (track_row is None or not isinstance(track_row.event, VisemeTrack)):
-            yield Divergence("render", row.pos, frame.id, frame.type, "differs", comparable(frame, _recorded_digest(row)),
-                             None, rec.chain(frame.id))
-            continue
-        track = as_drawn(frame.track, frame.track_end_ms, whole, tracks)
-        jobs.append((row, (frame.n, track, frame.resolution, frame.faces, frame.background)))
 
-    def draw(batch: Sequence[tuple[Row, Job]]) -> list[tuple[Row, dict[str, Any]]]:
-        drawn = redraw.draw_batch([job for _, job in batch])  # a GPU's batch, on a GPU
-        return [(row, comparable(dataclasses.replace(  # drawn again, as the renderer's tick stamped it
-            frame, encoder=row.event.encoder, seen=row.event.seen,  # type: ignore[attr-defined]
-            ticked_ms=row.event.ticked_ms)))
-                for (row, _), frame in zip(batch, drawn, strict=True)]
+def _untimed(actor: Actor, rec: _Recording, owned: frozenset[str]) -> bool:
+    """An actor whose clock decides what it draws, not when (no ``clock_marks``: the renderer), whose
+    outputs were recorded before they said when its clock made them: its ticks cannot be placed."""
+    if not isinstance(actor, ClockedActor) or actor.clock_marks:
+        return False
+    mine = [r.event for r in rec.rows if r.event.type in owned]
+    return bool(mine) and all(e.ticked_ms is None for e in mine)
 
-    checked = 0
-    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        for row, actual in itertools.chain.from_iterable(pool.map(draw, batches(jobs))):
-            checked += 1
-            expected = comparable(row.event, _recorded_digest(row))
-            if expected != actual:
-                yield Divergence("render", row.pos, row.event.id, row.event.type, "differs", expected, actual,
-                                 rec.chain(row.event.id))
-                break
-    yield checked
+
+def _held(actor: Actor, rec: _Recording, schedule: list[Fed | Tick]) -> Iterator[tuple[RunOwned | None, list[Fed | Tick]]]:
+    """The schedule cut where a process took the run over and rebuilt its state, for an actor that
+    goes on from its last output (``resumes_from``): the takeover, and what came after it, up to
+    the next; the first part has none.  A takeover goes before the first tick made after its rebuild
+    began (the last holder's clock stopped before it: it died, or let the run go)."""
+    takeovers = sorted((r.event for r in rec.rows if isinstance(r.event, RunOwned) and r.event.kind == actor.name
+                        and r.event.holder and r.event.rebuilt), key=lambda e: e.t_ms)
+    if not isinstance(actor, ClockedActor) or actor.resumes_from is None:
+        takeovers = []
+    owner: RunOwned | None = None
+    part: list[Fed | Tick] = []
+    for item in schedule:
+        if isinstance(item, Tick) and takeovers and item.at_ms >= takeovers[0].t_ms:
+            yield owner, part
+            while takeovers and item.at_ms >= takeovers[0].t_ms:  # a takeover that never ticked: the last counts
+                owner = takeovers.pop(0)
+            part = []
+        part.append(item)
+    yield owner, part
 
 
 def verify(
     engine: Engine, run: str, actors: Sequence[str] = ACTORS, settings: Settings | None = None,
-    workers: int | None = None, build: Callable[[str, Settings], Actor] | None = None,
+    build: Callable[[str, Settings], Actor] | None = None,
 ) -> Verification:
     """Re-execute the deterministic actors of a recorded run; the first divergence, if any."""
     started = time.perf_counter()
@@ -240,19 +271,22 @@ def verify(
     settings = settings or load_settings(environ={})
     rec = _Recording(rows)
     result = Verification(run, info.duration_ms or max((r.event.t_ms for r in rows), default=0))
+    redacted = frozenset(redacted_ids(engine, run))
+    result.redacted = len(redacted)
     found: list[Divergence] = []
     make = build or _build
     for name in actors:
         if name not in ACTORS:
             raise ValueError(f"cannot re-execute {name!r}; one of {', '.join(ACTORS)}")
-        if name == "render":  # its frames drawn again from what each records it drew
-            stream = _frames(start, settings, rec, workers or min(4, os.cpu_count() or 1))
-        else:
-            actor = make(name, settings)
-            emits = frozenset(cls.type for cls in actor.emits)
-            stream = _replay_handler(name, actor, start, rows, emits, rec, clocked=isinstance(actor, ClockedActor))
-        for item in stream:
-            if isinstance(item, Divergence):
+        actor = make(name, settings)
+        emits = frozenset(cls.type for cls in actor.emits)
+        if _untimed(actor, rec, emits):
+            result.skipped[name] = "its outputs record no tick times (recorded before they did): not re-executed"
+            continue
+        for item in _replay_handler(name, actor, start, rows, emits, rec, redacted):
+            if isinstance(item, Divergence) and item.past_redaction:
+                result.unchecked[name] = result.unchecked.get(name, 0) + 1  # fed a blanked input before it
+            elif isinstance(item, Divergence):
                 found.append(item)
             else:
                 result.checked[name] = item
@@ -272,6 +306,11 @@ def _no_store() -> Engine:
 def format_verification(v: Verification) -> str:
     checked = ", ".join(f"{n} {c}" for n, c in v.checked.items())
     head = f"re-executed {checked} events of run {v.run} in {v.seconds:.2f} s"
+    head += "".join(f"\nnot re-executed: {name}: {why}" for name, why in v.skipped.items())
+    if v.redacted:
+        past = ", ".join(f"{n} {c}" for n, c in v.unchecked.items()) or "none"
+        head += (f"\n{v.redacted} events were blanked when a viewer was forgotten: outputs that differ after "
+                 f"an actor was fed one are not judged (re-executed from blanked inputs): {past}")
     d = v.divergence
     if d is None:
         return f"{head}\n0 divergences"

@@ -69,6 +69,9 @@ ACTORS: dict[str, ActorEntry] = {e.name: e for e in (
     ActorEntry("sink", "actors.sink:SinkActor", "frames and audio in, the MP4 out"),
     ActorEntry("qos", "actors.qos:QosActor", "observations in, resolution, throttle and role weights out",
                reexecuted=True),
+    ActorEntry("memory", "actors.memory:MemoryActor",
+               "danmaku in, what the stage remembers of each viewer and the facts they state out",
+               build_with=lambda cls, w: cls(w.engine)),  # type: ignore[call-arg]
     ActorEntry("recorder", "actors.recorder:RecorderActor", "every event into the store", build_with=_recorder),
     ActorEntry("preview", "actors.preview:PreviewActor",
                "the show watched and steered in a browser: video and audio over WebRTC, the feed, the input box",

@@ -38,6 +38,7 @@ import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import TracebackType
 
@@ -56,13 +57,14 @@ from events.role import RoleDeclared
 from events.run import RunEnded, RunStarted
 from events.show import Show
 from events.subjects import stream_name
-from infra.bus import connect, masked_url, provision_streams, publish_events
+from infra.bus import connect, erase_messages, masked_url, provision_streams, publish_events
 from infra.lease import Lease, lease_bucket, on_air_key
 from infra.logs import log_context
 from infra.metrics import Metrics
 from infra.natsserver import EmbeddedNats, announcement_path
 from infra.settings import Settings, run_config
 from store.database import default_url, open_engine
+from store.viewers import Projector, follow
 
 log = logging.getLogger(__name__)
 ACTOR_NAMES = SHOW  # the actors a show is made of (the preview watches it)
@@ -170,6 +172,9 @@ class Stage:
                 if lease is None:
                     return started
             started.append(await self._start(actor, lease))
+            if name == "memory":  # what it recalls is the viewers read model: kept up with the store here
+                projector = Projector(self.engine, retention_days=self.settings.viewer_retention_days)
+                self._watches.append(asyncio.create_task(follow(projector, erase=partial(erase_messages, self.js))))
         return started
 
     async def _start(self, actor: Actor, lease: Lease | None, spread: bool = False) -> ActorRuntime:
@@ -334,7 +339,8 @@ async def _play_script(stage: Stage, show: Show, run_id: str, start_s: float, du
             return True
         await stage.publish([DanmakuReceived(
             id=f"{run_id}-script-{i}", run=run_id, user=line.user, text=line.text, to=line.to,
-            kind=line.kind, t_ms=int(line.at_s * 1000), at_ms=int(time.time() * 1000),
+            kind=line.kind, t_ms=int(line.at_s * 1000), at_ms=int(time.time() * 1000), viewer=line.viewer,
+            platform=line.viewer.partition(":")[0],
         )])
     return await _wait_until(start_s + duration_s, stop)
 

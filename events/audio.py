@@ -32,6 +32,7 @@ class AudioChunk(Event):
     """
 
     type = "audio.chunk"
+    personal = ("text",)
     blob = "pcm"
     utterance: str
     seq: int

@@ -78,6 +78,12 @@ class Event:
     # it answers nothing, the input's answer is still to come (a takeover publishes the answer
     # its rebuilt state makes, where the last holder died before publishing it).
     answers: ClassVar[bool] = True
+    # Payload fields that measure the machine (what drawing a frame cost), not what the actor
+    # decided: re-execution does not compare them.
+    measured: ClassVar[tuple[str, ...]] = ()
+    # Payload fields that hold a viewer's personal text (what they wrote, their name and id, what
+    # the stage wrote from it): what ``events.viewer.redact`` blanks when a viewer is forgotten.
+    personal: ClassVar[tuple[str, ...]] = ()
 
     id: str
     run: str

@@ -13,6 +13,7 @@ class CueIssued(Event):
     """Role ``role`` is to answer ``text`` (one or several merged danmaku)."""
 
     type = "cue.issued"
+    personal = ("text", "user", "viewer", "facts", "opener")
     seq: int
     user: str
     text: str
@@ -40,6 +41,18 @@ class CueIssued(Event):
     # Show time the stage plans the reply's speech to begin (0: not planned).  A reply asked for
     # on deck, while another is spoken, has until then to be written.
     begins_ms: int = 0
+    # The viewer as the stage tells them apart (their platform id; "" for a bare name), and what
+    # the stage remembered of them (``danmaku.recalled``, named by ``recalled``): ``returning``,
+    # their first comment in this show after earlier shows (the reply greets them back);
+    # ``regular``, a viewer of earlier shows or gifts (a gift is thanked as a regular's);
+    # ``facts``, what they stated before, those this comment bears on first and counted in ``bears``
+    # (each "kind|detail|value": the reply may refer to them).
+    viewer: str = ""
+    recalled: str = ""
+    returning: bool = False
+    regular: bool = False
+    facts: tuple[str, ...] = ()
+    bears: int = 0
 
     @property
     def self_driven(self) -> bool:
@@ -52,6 +65,7 @@ class CueMerged(Event):
     """A danmaku nearly identical to a recent one is answered by that one's cue."""
 
     type = "cue.merged"
+    personal = ("text", "user")
     cue: str
     user: str
     text: str

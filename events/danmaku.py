@@ -31,6 +31,7 @@ class DanmakuReceived(Event):
     """
 
     type = "danmaku.received"
+    personal = ("text", "user", "viewer", "source_id")
     text: str
     user: str = ""
     to: str | None = None
@@ -54,6 +55,7 @@ class DanmakuRejected(Event):
     """A comment the director turned away, with a machine reason and a human detail."""
 
     type = "danmaku.rejected"
+    personal = ("text", "user")
     reason: str
     detail: str
     user: str = ""
@@ -67,6 +69,7 @@ class DanmakuSkipped(Event):
     recently, the show is ending), with a machine reason and a human detail."""
 
     type = "danmaku.skipped"
+    personal = ("text", "user")
     reason: str
     detail: str
     user: str = ""
@@ -90,6 +93,7 @@ class DanmakuWaiting(Event):
     ``joined`` names that comment, and the rest describes that comment's wait."""
 
     type = "danmaku.waiting"
+    personal = ("text", "user")
     heard_ms: int
     cls: str
     form: str = ""

@@ -13,6 +13,7 @@ class QosObserved(Event):
     """A measured value (queue depth, hop latency, frame lateness, buffer fill)."""
 
     type = "qos.observed"
+    measured = ("value",)
     metric: str
     value: float
     source: str
@@ -48,6 +49,7 @@ class FramesObserved(Event):
     """One window of stage frames as the renderer drew them (the resolution ladder's input)."""
 
     type = "qos.frames_observed"
+    measured = ("cost_p99_ms",)
     window_end_ms: int
     frames: int
     lateness_p99_ms: float

@@ -48,3 +48,8 @@ class RunOwned(Event):
     previous: str = ""            # the process that held it before ("" for a new run)
     reason: str = ""              # why: placed (least loaded), taken over, handed over, released
     runs_held: int = 0            # the runs the holder holds now, this one included
+    # Its state rebuilt from the streams (another process had read the run): re-execution rebuilds
+    # it there too, the holder going on from its last stored output (``resumed``: its id) where its
+    # kind does (the renderer, from the frame after it).  Its time is when the rebuild began.
+    rebuilt: bool = False
+    resumed: str = ""

@@ -76,6 +76,7 @@ class ScriptLine:
     text: str
     to: str | None = None
     kind: str = "comment"
+    viewer: str = ""      # the viewer's platform id ("twitch:123"): the stage remembers them by it
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,7 +184,8 @@ class Show:
                 for r in self.roles
             ],
             "script": [
-                {"at": s.at_s, "user": s.user, "text": s.text, "to": s.to, "kind": s.kind}
+                {"at": s.at_s, "user": s.user, "text": s.text, "to": s.to, "kind": s.kind,
+                 **({"viewer": s.viewer} if s.viewer else {})}
                 for s in self.script
             ],
             "segments": [
@@ -369,7 +371,7 @@ def show_from_dict(doc: Mapping[str, Any]) -> Show:
         lines.append(ScriptLine(
             at_s=float(_get(line, "at", (int, float), where)), user=_get(line, "user", str, where, ""),
             text=_get(line, "text", str, where), to=_get(line, "to", (str, type(None)), where, None),
-            kind=_get(line, "kind", str, where, "comment"),
+            kind=_get(line, "kind", str, where, "comment"), viewer=_get(line, "viewer", str, where, ""),
         ))
     return Show(
         title=str(meta.get("title", "Troupe show")), roles=roles,

@@ -83,6 +83,8 @@ SHOW_KEYS: tuple[ShowKey, ...] = (
     ShowKey("danmaku[].text", "string", REQUIRED, "the comment", "hello everyone"),
     ShowKey("danmaku[].to", "string", None, "the role it addresses", "host"),
     ShowKey("danmaku[].kind", "string", "comment", "comment, gift or moderator", "comment"),
+    ShowKey("danmaku[].viewer", "string", "", "the viewer's platform id, <platform>:<id>: the stage remembers them "
+            "by it across shows", "twitch:12345"),
     ShowKey("script", "array of tables", [], "the danmaku script as run.started carries it (read when there is "
             "no danmaku key)", [], written=False),
     ShowKey("segments", "array of tables", [], "the rundown, in order; none: one open segment, looped"),

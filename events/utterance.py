@@ -13,6 +13,7 @@ class UtteranceChunk(Event):
     """One sentence-sized piece of a role's reply; ``last`` closes the utterance."""
 
     type = "utterance.chunk"
+    personal = ("text",)
     utterance: str
     seq: int
     text: str
@@ -31,6 +32,7 @@ class UtteranceCompleted(Event):
     """The whole reply text of a cue, once every chunk is out."""
 
     type = "utterance.completed"
+    personal = ("text",)
     utterance: str
     text: str
     chunks: int

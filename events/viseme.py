@@ -26,6 +26,7 @@ class VisemeTrack(Event):
     """The visemes of one audio chunk, placed on the show timeline at ``start_ms``."""
 
     type = "viseme.track"
+    personal = ("text",)
     utterance: str
     audio: str
     seq: int

@@ -426,3 +426,22 @@ async def read_stream(js: JetStreamContext, stream: str, filters: Sequence[str],
     finally:
         with contextlib.suppress(Exception):
             await sub.unsubscribe()
+
+
+async def erase_messages(js: JetStreamContext, messages: Iterable[tuple[str, int]]) -> tuple[int, int]:
+    """Erase single messages, (stream, sequence) each, from JetStream (``STREAM.MSG.DELETE``
+    without ``no_erase``: the server overwrites the message, not only unlinks it).  Returns
+    (erased, already gone: aged out, or erased before)."""
+    erased = gone = 0
+    for stream, seq in messages:
+        try:
+            await js.delete_msg(stream, seq)
+            erased += 1
+        except NotFoundError:
+            gone += 1
+        except APIError as exc:
+            if exc.err_code in (10037, 10057) or "no message found" in str(exc.description or "").lower():
+                gone += 1  # the message, or the stream's messages up to it, are gone already
+                continue
+            raise BusError(f"cannot erase message {seq} of {stream}: {exc.description or exc}") from exc
+    return erased, gone

@@ -79,6 +79,11 @@ class Settings:
     reply_pause_ms: int = setting(200, "the pause lipsync leaves between two replies, a turn gap in talk (0 to 3000)")
     deck_ms: int = setting(1500, "the next reply is asked for this long before the floor frees, so it is ready on deck (0 to 10000)")
     banter_turns: int = setting(4, "at most this many turns between roles before one goes to the chat")
+    # Viewers remembered
+    memory: str = setting("on", "on: a comment from a viewer with a platform id waits up to recall_wait_ms for what the stage remembers of them (danmaku.recalled), and the reply uses it; off: every viewer is answered as a stranger")
+    recall_wait_ms: int = setting(250, "the longest a known viewer's comment waits for the recall before it is answered without (0 to 2000)")
+    regulars_first: str = setting("off", "on: a returning viewer's comment goes first among comments of the same class and kind (never before one about to go stale: newcomers are not let go for regulars)")
+    viewer_retention_days: float = setting(365.0, "the viewers read model forgets a viewer not seen this many days (0: never)", process=True)
     # Replies
     llm_backend: str = setting("scripted", "the LLM backend: scripted, transformers, llama_cpp, openai or vllm (troupe up --llm)")
     llm_max_sentences: int = setting(3, "the longest reply, in sentences")
@@ -271,6 +276,14 @@ def validate(settings: Settings) -> None:
         raise SettingsError("TROUPE_LLM_MAX_SENTENCES must be at least 1")
     if settings.spread not in ("on", "off"):
         raise SettingsError(f"TROUPE_SPREAD must be on or off, not {settings.spread!r}")
+    if settings.memory not in ("on", "off"):
+        raise SettingsError(f"TROUPE_MEMORY must be on or off, not {settings.memory!r}")
+    if not 0 <= settings.recall_wait_ms <= 2000:
+        raise SettingsError(f"TROUPE_RECALL_WAIT_MS must be 0 to 2000, not {settings.recall_wait_ms}")
+    if settings.regulars_first not in ("on", "off"):
+        raise SettingsError(f"TROUPE_REGULARS_FIRST must be on or off, not {settings.regulars_first!r}")
+    if settings.viewer_retention_days < 0:
+        raise SettingsError(f"TROUPE_VIEWER_RETENTION_DAYS must be 0 or more, not {settings.viewer_retention_days}")
     if settings.openers not in ("on", "off"):
         raise SettingsError(f"TROUPE_OPENERS must be on or off, not {settings.openers!r}")
     if settings.self_driven not in ("on", "off"):

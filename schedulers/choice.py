@@ -82,10 +82,13 @@ def behind(role: str, spoken_ms: Mapping[str, int], weights: Mapping[str, float]
     return spoken_ms.get(role, 0) / total < slack * weights[role] / weight_sum
 
 
-def rank(cls: int, kind: int, recently: bool, stale_ms: int | None, role_behind: bool, seq: int) -> tuple[int, ...]:
+def rank(cls: int, kind: int, recently: bool, stale_ms: int | None, role_behind: bool, seq: int,
+         regular: bool = False) -> tuple[int, ...]:
     """A waiting comment's rank within the waiting room (lowest first); see the module's docstring.
     ``stale_ms``: when it goes stale, if that is before the floor frees again (None: it can wait);
-    of those, the soonest first."""
+    of those, the soonest first.  ``regular``: a returning viewer's, ranked first among equals
+    (``TROUPE_REGULARS_FIRST``), after every comment about to go stale: a newcomer's comment is
+    never let go for a regular's."""
     at_risk = stale_ms is not None
     order = seq if cls == ADDRESSED_CLASS else -seq
-    return (cls, int(recently), kind, int(not at_risk), stale_ms or 0, int(not role_behind), order)
+    return (cls, int(recently), kind, int(not at_risk), stale_ms or 0, int(not role_behind), int(not regular), order)

@@ -96,6 +96,7 @@ class Candidate:
                                   # show's own line it arrived behind (that wait is not its class's)
     kind: int = REMARK            # question, remark or greeting (schedulers.choice)
     role: str = ""                # the role it is for, where that is known before routing
+    regular: bool = False         # a returning viewer's, ranked first among equals (never past one at risk)
 
 
 @dataclass(slots=True)
@@ -164,12 +165,13 @@ class StagePlan:
         """Speech asked for and not yet spoken (placed, or estimated where it is not)."""
         return max(0, self.floor_free_ms - now_ms)
 
-    def add(self, key: str, cls: int, user: str, now_ms: int, kind: int = REMARK, role: str = "") -> list[Decision]:
+    def add(self, key: str, cls: int, user: str, now_ms: int, kind: int = REMARK, role: str = "",
+            regular: bool = False) -> list[Decision]:
         """A comment arrives; returns the decisions it causes at once (a replaced comment,
         an urgent line answered now)."""
         self._arrivals += 1
         cand = Candidate(key, cls, user, now_ms, self._arrivals, from_ms=max(now_ms, self._unasked_until()), kind=kind,
-                         role=role)
+                         role=role, regular=regular)
         out: list[Decision] = []
         if cls in (MODERATOR, GIFT):
             if not self._fits(now_ms, 1, urgent=True):
@@ -373,7 +375,8 @@ class StagePlan:
         stale = cand.from_ms + self.policy.wait_ms[cand.cls]
         start = self._earliest_start(now_ms)
         at_risk = stale if stale <= start + self.policy.estimate_ms(1) + RISK_MARGIN_MS else None
-        return rank(cand.cls, cand.kind, recently, at_risk, behind(cand.role, self.spoken, self.weights), cand.seq)
+        return rank(cand.cls, cand.kind, recently, at_risk, behind(cand.role, self.spoken, self.weights), cand.seq,
+                    cand.regular)
 
     def _fits(self, now_ms: int, sentences: int, urgent: bool = False) -> bool:
         """Would a reply of this length, asked for now, end before the show does?"""

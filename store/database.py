@@ -17,7 +17,7 @@ from sqlalchemy.engine import URL
 
 from events.errors import StoreError
 
-HEAD = "0001"  # the newest migration in store/migrations/versions
+HEAD = "0002"  # the newest migration in store/migrations/versions
 MIGRATIONS = Path(__file__).parent / "migrations"
 _PG_LOCK = 0x7472_6F75_7065  # pg_advisory_lock key for migrations ("troupe")
 

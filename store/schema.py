@@ -30,6 +30,10 @@ it), ``seed`` and ``replay_of`` (the source run of a playback); ``run.ended`` fi
 ``ended_at_ms``, ``duration_ms`` (show time), ``end_reason`` and ``status`` (``ended``, or
 ``failed`` when the reason says so).  ``next_seq`` is the counter ``events.seq`` is drawn from.
 
+``tx``: on PostgreSQL, the id of the transaction that wrote the row (the database fills it in):
+rows may commit out of ``pos`` order when several recorders write, so a projection reads rows of
+transactions older than every open one, in ``(tx, pos)`` order (``store.viewers``).
+
 ``consumers``: per recorder durable consumer, the highest stream sequence it has written
 (``last_stream_seq``, in the same transaction as the events, so it never runs ahead of them), its
 stream, and when it was last updated.
@@ -40,6 +44,7 @@ from __future__ import annotations
 from sqlalchemy import (
     BigInteger,
     Column,
+    Float,
     Index,
     Integer,
     LargeBinary,
@@ -73,6 +78,11 @@ events = Table(
     Column("body", LargeBinary, nullable=False),     # the encoded event as it travelled
     Column("blob_digest", String(64)),               # set when the blob was stored by digest only
     Column("blob_size", Integer),
+    # PostgreSQL: the writing transaction's id (filled in by the database), read by projections
+    # (``store.viewers``); null on SQLite, whose writers commit in ``pos`` order.
+    Column("tx", BigInteger),
+    # The redaction that blanked this event's personal fields (``store.forget``); null if none.
+    Column("redaction", String(64)),
     UniqueConstraint("run", "seq", name="uq_events_run_seq"),
     Index("ix_events_run_type", "run", "type"),
     Index("ix_events_correlation", "correlation"),
@@ -100,3 +110,93 @@ consumers = Table(
     Column("last_stream_seq", BigInteger, nullable=False),
     Column("updated_at_ms", BigInteger, nullable=False),
 )
+
+# Each projection's tracking position (``store.viewers``): the last event it applied, as (tx, pos)
+# on PostgreSQL and pos on SQLite (tx 0), committed with the rows it wrote.
+projections = Table(
+    "projections", metadata,
+    Column("name", String(64), primary_key=True),
+    Column("position", BigInteger, nullable=False),
+    Column("tx", BigInteger, nullable=False),
+    Column("events", BigInteger, nullable=False),     # how many events it has applied
+    Column("updated_at_ms", BigInteger, nullable=False),
+)
+
+# The viewers read model: a projection of live runs' events (``store.viewers``); rebuilt from
+# the store at will, and forgotten viewer by viewer.
+viewers = Table(
+    "viewers", metadata,
+    Column("id", String(200), primary_key=True),     # the platform-namespaced id (twitch:<user-id>)
+    Column("platform", String(16), nullable=False),
+    Column("name", Text, nullable=False),            # the name last shown
+    Column("first_seen_at_ms", BigInteger, nullable=False),
+    Column("last_seen_at_ms", BigInteger, nullable=False),
+    Column("first_run", String(64), nullable=False),
+    Column("last_run", String(64), nullable=False),
+    Column("shows", Integer, nullable=False),
+    Column("comments", Integer, nullable=False),
+    Column("gifts", Integer, nullable=False),
+    Column("gift_value", Float, nullable=False),
+    Index("ix_viewers_last_seen", "last_seen_at_ms"),
+)
+
+viewer_runs = Table(
+    "viewer_runs", metadata,
+    Column("viewer", String(200), primary_key=True),
+    Column("run", String(64), primary_key=True),
+    Column("first_at_ms", BigInteger, nullable=False),
+    Column("comments", Integer, nullable=False),
+)
+
+viewer_facts = Table(
+    "viewer_facts", metadata,
+    Column("viewer", String(200), primary_key=True),
+    Column("key", String(64), primary_key=True),     # kind[:detail]: a newer fact replaces an older one
+    Column("kind", String(32), nullable=False),
+    Column("detail", String(32), nullable=False),
+    Column("value", Text, nullable=False),
+    Column("language", String(8), nullable=False),
+    Column("said", Text, nullable=False),            # the words it was read from
+    Column("source", String(64), nullable=False),    # the danmaku.noted event
+    Column("danmaku", String(64), nullable=False),   # the comment it was said in
+    Column("run", String(64), nullable=False),
+    Column("at_ms", BigInteger, nullable=False),
+)
+
+viewer_topics = Table(
+    "viewer_topics", metadata,
+    Column("viewer", String(200), primary_key=True),
+    Column("danmaku", String(64), primary_key=True),
+    Column("topic", Text, nullable=False),
+    Column("run", String(64), nullable=False),
+    Column("at_ms", BigInteger, nullable=False),
+)
+
+viewer_roles = Table(
+    "viewer_roles", metadata,
+    Column("viewer", String(200), primary_key=True),
+    Column("role", String(64), primary_key=True),
+    Column("answers", Integer, nullable=False),
+)
+
+# Each forgetting of a viewer (``store.forget``): when, asked by whom, what it blanked.  It names
+# no viewer: what it says of them is only that somebody was forgotten.
+redactions = Table(
+    "redactions", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("at_ms", BigInteger, nullable=False),
+    Column("requested_by", String(32), nullable=False),   # "cli", or "chat" (the viewer's !forget)
+    Column("events", Integer, nullable=False),            # events blanked, those redacted later included
+    Column("messages", Integer, nullable=False),          # JetStream messages deleted
+)
+
+# The chains (a danmaku's correlation) of forgotten viewers: an event of one recorded after the
+# forgetting (a reply still on its way) is blanked when the projector comes to it.
+redaction_chains = Table(
+    "redaction_chains", metadata,
+    Column("correlation", String(64), primary_key=True),
+    Column("redaction", String(64), nullable=False),
+    Column("run", String(64), nullable=False),
+)
+
+VIEWER_TABLES = (viewers, viewer_runs, viewer_facts, viewer_topics, viewer_roles)

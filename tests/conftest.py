@@ -74,9 +74,12 @@ def settings(nats_server: EmbeddedNats, tmp_path: Path) -> Settings:
 
 async def wait_for(
     condition: Callable[[], Awaitable[bool]] | Callable[[], bool], timeout_s: float = 10.0,
-    what: str = "condition",
+    what: str | Callable[[], str] = "condition",
 ) -> None:
-    """Poll a condition until it holds; fail the test after ``timeout_s``."""
+    """Poll a condition until it holds; fail the test after ``timeout_s``.
+
+    ``what`` may be a callable, so that the failure shows what was seen last rather than what
+    was there when the wait began (an f-string is formatted before the first poll)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
@@ -86,7 +89,7 @@ async def wait_for(
         if result:
             return
         if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what() if callable(what) else what}")
         await asyncio.sleep(0.02)
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from actors.director import Director
-from actors.kernel import Kernel, ListFeed, handled_at, heard_at
-from actors.runtime.takeover import _replay, unpublished
+from actors.kernel import Kernel, ListFeed, handled_at, heard_at, take_over
+from actors.runtime.takeover import unpublished
 from app import inspect
 from app.reexec import format_verification, verify
 from app.summary import danmaku_outcomes
@@ -131,8 +131,7 @@ def _rebuilt(stored: list[Event], until_ms: int) -> tuple[list[Event], list[Even
         handled = max(handled, handled_at(event, caused))
         feed.append((handled, event))
     kernel: Kernel[Event] = Kernel(Director(_settings()))
-    kernel.taking_over(RUN)
-    emitted = _replay(kernel, RUN, feed, last_ms)
+    emitted = take_over(kernel, RUN, feed, last_ms, None)
     return emitted, list(kernel.tick(RUN, until_ms))
 
 

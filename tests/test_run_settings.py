@@ -14,6 +14,7 @@ from actors.director import Director
 from actors.kernel import Kernel
 from actors.lipsync import LipsyncActor
 from actors.llm import LLMActor
+from actors.memory import MemoryActor
 from actors.preview import PreviewActor
 from actors.qos import QosActor
 from actors.recorder import RecorderActor
@@ -25,7 +26,7 @@ from events.run import RunStarted
 from infra.settings import RUN_SCOPED, Settings, load_settings, run_config, run_scoped, run_settings
 from tests.showkit import demo_run
 
-ACTORS = (Director, LipsyncActor, LLMActor, PreviewActor, QosActor, RecorderActor, RenderActor, SinkActor, TTSActor)
+ACTORS = (Director, LipsyncActor, LLMActor, MemoryActor, PreviewActor, QosActor, RecorderActor, RenderActor, SinkActor, TTSActor)
 EXEMPT = "process's own"  # a line reading the process's value of a run's setting on purpose says why
 
 

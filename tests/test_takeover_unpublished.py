@@ -5,8 +5,8 @@ is not left without its outcome, and nothing stored is sent again."""
 from __future__ import annotations
 
 from actors.director import Director
-from actors.kernel import Kernel, handled_at
-from actors.runtime.takeover import _replay, unpublished
+from actors.kernel import Kernel, handled_at, take_over
+from actors.runtime.takeover import unpublished
 from events.base import Event
 from events.cue import CueIssued
 from events.danmaku import DanmakuReceived
@@ -17,7 +17,7 @@ from tests.showkit import demo_run
 
 def _rebuilt(*inputs: tuple[int, Event], last_ms: int) -> list[Event]:
     run = demo_run()
-    return _replay(Kernel(Director(load_settings(environ={}))), run, [(0, run), *inputs], last_ms)
+    return take_over(Kernel(Director(load_settings(environ={}))), run, [(0, run), *inputs], last_ms, None)
 
 
 def test_a_decision_nobody_published_is_published_with_what_goes_with_it() -> None:

@@ -327,6 +327,44 @@ THEME_EMOTIONS: Final = MappingProxyType({
 })
 
 
+# What the stage remembers of a viewer, said first: a welcome back, and what their comment bears on
+# (or, for a viewer back, the newest thing they told the stage).
+_WELCOME = {"en": ("Welcome back, {user}!", "Good to see you again, {user}!", "{user}, you're back!"),
+            "zh": ("欢迎回来，{user}！", "{user}又来啦！", "好久不见，{user}！")}
+_RECALL = {
+    "en": {"home": ("How are things in {value}?", "Is it nice in {value} today?"),
+           "learning": ("Still learning {value}?", "How is the {value} going?"),
+           "pet": ("How is {value} the {detail}?", "Give {value} a pat from us!"),
+           "job": ("Busy day as a {value}?",), "favourite": ("Still into {value}?",),
+           "name": ("Good to see you, {value}!",)},
+    "zh": {"home": ("{value}那边最近怎么样？", "{value}今天天气好吗？"), "learning": ("{value}学得怎么样了？", "还在学{value}吗？"),
+           "pet": ("{value}还好吗？",), "job": ("{value}的工作忙吗？",), "favourite": ("还喜欢{value}吗？",),
+           "name": ("{value}，好久不见！",)},
+}
+_REGULAR_GIFT = {"en": ("Thank you again, {user}, you're a true regular!", "{user}, you spoil us every show, thank you!"),
+                 "zh": ("又收到{user}的礼物，谢谢老朋友！", "{user}每次都这么支持我们，谢谢！")}
+
+
+def _memory(lang: str, prompt: Prompt, user: str, seed: str) -> tuple[str, ...]:
+    """The sentences a reply begins with from what the stage remembers of the viewer: a welcome
+    back (``returning``), then the fact the comment bears on, else (back) their newest one; a fact
+    is said only where it can be in the role's language."""
+    rng = random.Random(seed)
+    out: list[str] = []
+    if prompt.returning and not prompt.gift:
+        out.append(rng.choice(_WELCOME[lang]).replace("{user}", user))
+    if prompt.facts and (prompt.bears or prompt.returning) and not prompt.gift:
+        kind, _, rest = prompt.facts[0].partition("|")
+        detail, _, value = rest.partition("|")
+        value = _clean(value, MAX_TOPIC_CHARS * 2)
+        lines = _RECALL[lang].get(kind)
+        if lines and value and _fits(lang, value.replace(" ", "") if lang == "zh" else value) \
+                and not _is_injection(_doc(value)):
+            line = rng.choice(lines)
+            out.append(line.replace("{value}", value).replace("{detail}", _clean(detail, MAX_TOPIC_CHARS) or "pet"))
+    return tuple(out)
+
+
 class ScriptedLLM(ReplyWriter):
     """Writes deterministic in-persona replies from a reply library; no model needed."""
 
@@ -425,11 +463,14 @@ class ScriptedLLM(ReplyWriter):
             "n": str(max(2, min(prompt.merged, _MAX_MERGED))),
         }
 
+        memory = _memory(lang, prompt, user, f"{seed}:{persona.role}:{prompt.cue_id}:memory")
         template = rng.choice(pack.themes[theme])
+        if prompt.gift and prompt.regular:  # a regular's gift is thanked as one
+            template = random.Random(f"{seed}:{persona.role}:{prompt.cue_id}:regular").choice(_REGULAR_GIFT[lang])
         # Split the template, not the rendered text, so user text can never move a boundary.
         parts = [p for p in _SENTENCE_END.split(template) if p.strip()]
         if len(parts) < MAX_SENTENCES and rng.random() < _TAIL_CHANCE:
             parts.append(rng.choice(pack.tails))
         # One-pass substitution: inserted values are never re-scanned as templates.
         rendered = (_PLACEHOLDER.sub(lambda m: values[m.group(1)], p).strip() for p in parts)
-        return theme, tuple(rendered)[:MAX_SENTENCES]
+        return theme, (*memory, *rendered)[:MAX_SENTENCES]

@@ -104,6 +104,14 @@ class Prompt:
     point: int = -1
     # The viewer sent a gift, and ``text`` is the message that came with it: the reply thanks them.
     gift: bool = False
+    # What the stage remembers of the viewer (``danmaku.recalled``): their first comment in this
+    # show after earlier ones (``returning``: greet them back), a regular's (``regular``), and what
+    # they said of themselves before, each "kind|detail|value" (``home||Berlin``,
+    # ``pet|cat|Miso``), the first ``bears`` of them what this comment bears on.
+    returning: bool = False
+    regular: bool = False
+    facts: tuple[str, ...] = ()
+    bears: int = 0
 
 
 class Sentence(str):

@@ -120,10 +120,12 @@ def chat_messages(persona: Persona, prompt: Prompt) -> list[dict[str, str]]:
                      "sentences, friendly and in character.")
     asker = prompt.user or "a viewer"
     reminder = _LANGUAGE_REMINDER.get(persona.language, _LANGUAGE_REMINDER["en"])
+    system += remembered(prompt, asker)
     if prompt.gift:  # thanked first, then what came with the gift
-        system = _system(persona, prompt, f"{asker} just sent you a gift. Thank {asker} warmly by name, and "
+        system = _system(persona, prompt, f"{asker} just sent you a gift. Thank {asker} warmly by name"
+                         f"{' as the regular they are' if prompt.regular else ''}, and "
                          f"answer their message if it has one, in at most {max(1, prompt.max_sentences)} short "
-                         "sentences, in character.")
+                         "sentences, in character.") + remembered(prompt, asker)
         many = f" ({prompt.merged} viewers sent gifts)" if prompt.merged > 1 else ""
         said = f" with the message: {prompt.text}" if prompt.text.strip() else ""
         return [{"role": "system", "content": system},
@@ -131,6 +133,34 @@ def chat_messages(persona: Persona, prompt: Prompt) -> list[dict[str, str]]:
     many = f" ({prompt.merged} viewers said this)" if prompt.merged > 1 else ""
     return [{"role": "system", "content": system},
             {"role": "user", "content": f"{asker}{many}: {prompt.text}\n{reminder}"}]
+
+
+_FACT_WORDS = {"home": "is from", "learning": "is learning", "job": "works as", "name": "likes to be called"}
+
+
+def fact_phrase(line: str) -> str:
+    """A remembered fact (``kind|detail|value``) as words: "is from Berlin", "has a cat called Miso"."""
+    kind, _, rest = line.partition("|")
+    detail, _, value = rest.partition("|")
+    if kind == "pet":
+        return f"has a {detail or 'pet'} called {value}"
+    if kind == "favourite":
+        return f"has {value} as their favourite {detail}".rstrip()
+    return f"{_FACT_WORDS.get(kind, kind)} {value}"
+
+
+def remembered(prompt: Prompt, asker: str) -> str:
+    """What the system prompt says of what the stage remembers of the viewer ("" for a stranger)."""
+    said = ""
+    if prompt.returning:
+        said += f" {asker} is back from an earlier show: welcome them back by name first."
+    elif prompt.regular:
+        said += f" {asker} is a regular of the show."
+    if prompt.facts:
+        said += f" You remember that {asker} " + "; ".join(fact_phrase(f) for f in prompt.facts[:4]) + "."
+        if prompt.bears:
+            said += f" Their comment is about that: refer to what you remember ({fact_phrase(prompt.facts[0])})."
+    return said
 
 
 def verbatim_sentences(text: str) -> Iterator[Sentence]:

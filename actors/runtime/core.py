@@ -50,14 +50,14 @@ from actors.runtime.delivery import (
     message_key,
 )
 from actors.runtime.observe import OBSERVE_PERIOD_S, Observations
-from actors.runtime.owners import RunOwners, run_rounds
+from actors.runtime.owners import RunOwners, member_name, run_rounds
 from actors.runtime.runs import Clock, RunDirectory, RunLifecycle, RunView
 from actors.runtime.takeover import Takeover, rebuild, rebuild_run, restart_from_floor, run_filters
 from events.base import Event, derive_id
 from events.error import DeadLettered
 from events.errors import DecodeError
 from events.run import RunEnded, RunOwned, RunStarted
-from events.subjects import family_filter, is_token, run_of, type_of
+from events.subjects import family_filter, family_of, is_token, run_of, type_of
 from infra.bus import (
     ConsumerSpec,
     RetryWindow,
@@ -134,12 +134,15 @@ class ActorRuntime:
         self.observations = Observations(name, self.durable)
         self._started_ms = int(clock() * 1000)  # set again by start()
         self.takeover: Takeover | None = None  # what start() rebuilt (an actor that takes over)
+        # (run, family) -> the last position a rebuild took in past the ack floor (``Takeover.taken``)
+        self._taken_before: dict[tuple[str, str], int] = {}
         # TROUPE_SPREAD=on: this process holds some of the kind's runs (``owners``), each read
         # through consumers of its own, their fetch loops stopped when the run is let go.
         self.spread = spread and actor.takes_over
         self.owners: RunOwners | None = None
         self._run_loops: dict[str, tuple[asyncio.Event, list[asyncio.Task[None]], list[Any]]] = {}
         self._owned_seq = 0
+        self.holder = member_name()  # this process, as run.owned names it
         self.spares: dict[str, str] = {}  # runs held elsewhere -> the id of their start, built ahead here
         self._claims_pool = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix=f"troupe-{actor.name}-claims", initializer=lower_priority, initargs=(10,))
@@ -167,10 +170,16 @@ class ActorRuntime:
         specs = self.consumer_specs()
         await provision_consumers(self.js, specs)
         if self.actor.takes_over:  # shows on air: their state rebuilt from the streams first
+            since_ms = int(self.clock() * 1000)
             self.takeover = await rebuild(self.js, self.kernel, specs, self.runs, self.clock(),
                                           self.settings.run_grace_s, self._in_thread, self._published_now)
-            for run in self.takeover.runs:
-                self.lifecycle.touch(run)
+            self._taken_before.update(self.takeover.taken)
+            for run_id in self.takeover.runs:
+                self.lifecycle.touch(run_id)
+                if (run := self.runs.known(run_id)) is not None:
+                    await self._owned(run, self.holder, "", "taken over: started while it was on air", since_ms,
+                                      rebuilt=True, resumed=self.takeover.resumed.get(run_id, ""),
+                                      runs_held=len(self.takeover.runs))
             if self.takeover.runs:
                 log.warning("%s took over %d runs on air (%s): %d inputs handled again in %.2f s", self.actor.name,
                             len(self.takeover.runs), ", ".join(self.takeover.runs), self.takeover.inputs,
@@ -200,7 +209,8 @@ class ActorRuntime:
     async def _start_spread(self) -> None:
         ttl = self.settings.lease_ttl_s
         kv = await lease_bucket(self.js, ttl, self.settings.stream_replicas)
-        self.owners = RunOwners(self.js, kv, self.actor.name, self._claim, self._let_go_of, ttl, ttl / 3)
+        self.owners = RunOwners(self.js, kv, self.actor.name, self._claim, self._let_go_of, ttl, ttl / 3,
+                                 name=self.holder)
         self._start_loops([])
         owners = self.owners
         self._spawn(lambda: run_rounds(owners, self._stopping), f"{self.actor.name}:owners")
@@ -245,7 +255,7 @@ class ActorRuntime:
         run = await self.runs.get(run_id)
         if run is None:
             return False
-        began = time.perf_counter()
+        began, since_ms = time.perf_counter(), int(self.clock() * 1000)
         specs = self.consumer_specs(run_id)
         await provision_consumers(self.js, specs)
         report = Takeover()
@@ -257,6 +267,7 @@ class ActorRuntime:
                 # lower priority than the shows it already draws
                 await asyncio.get_running_loop().run_in_executor(self._claims_pool, self._prepare, run)
             await rebuild_run(self.js, self.kernel, specs, run, report, self._locked, self._published_now)
+            self._taken_before.update(report.taken)
         self.lifecycle.touch(run_id)
         stop = asyncio.Event()
         tasks, subs = [], []
@@ -269,7 +280,8 @@ class ActorRuntime:
         self._run_loops[run_id] = (stop, tasks, subs)
         log.warning("%s: run %s is held here (%s): %d inputs handled again in %.2f s", self.actor.name, run_id, reason,
                     report.inputs, time.perf_counter() - began)
-        await self._owned(run, self.owners.name, previous, reason)
+        await self._owned(run, self.owners.name, previous, reason, since_ms, rebuilt=any(report.floors.values()),
+                          resumed=report.resumed.get(run_id, ""))
         return True
 
     async def _stop_run_loops(self, run_id: str, wait_s: float = 5.0) -> None:
@@ -309,14 +321,19 @@ class ActorRuntime:
             await self._owned(run, "", self.owners.name, reason)
         log.warning("%s: run %s let go: %s", self.actor.name, run_id, reason)
 
-    async def _owned(self, run: RunStarted, holder: str, previous: str, reason: str) -> None:
-        """Say who holds the run's state now (best effort: a lost one is only a missing line in inspect)."""
+    async def _owned(self, run: RunStarted, holder: str, previous: str, reason: str, since_ms: int | None = None,
+                     rebuilt: bool = False, resumed: str = "", runs_held: int | None = None) -> None:
+        """Say who holds the run's state now, since when (``since_ms``, wall time: now when not
+        given) and whether it was rebuilt (best effort: a lost one is a missing line in inspect,
+        and a takeover re-execution cannot rebuild where it happened)."""
         self._owned_seq += 1
-        now_ms = int(self.clock() * 1000)
+        now_ms = int(self.clock() * 1000) if since_ms is None else since_ms
+        if runs_held is None:
+            runs_held = len(self.owners.leases) if self.owners is not None else 0
         event = RunOwned(
             id=derive_id(run.run, f"owned:{self.actor.name}:{holder or previous}:{now_ms}:{self._owned_seq}"),
             run=run.run, t_ms=max(0, now_ms - run.started_at_ms), kind=self.actor.name, holder=holder,
-            previous=previous, reason=reason, runs_held=len(self.owners.leases) if self.owners is not None else 0,
+            previous=previous, reason=reason, runs_held=runs_held, rebuilt=rebuilt, resumed=resumed,
         )
         with contextlib.suppress(Exception):
             await acks(await self._publish([event]))
@@ -579,6 +596,8 @@ class ActorRuntime:
         actor joins it, whether the input came after the run's end); queue it, or run its handler."""
         assert d.event is not None and d.meta is not None
         event = d.event
+        if self._taken_before and self._rebuilt_already(event, d.meta.stream_seq):
+            return  # acked: handled in the rebuild
         ctx = await self.context(event.run)
         run, now_ms, joins = ctx.run, ctx.now_ms, True
         if isinstance(event, RunStarted):
@@ -608,6 +627,20 @@ class ActorRuntime:
             return
         await self._call([d], f"{event.type} {event.id}", taken.handle, observed=not taken.ctx.ended)
         self._tick_wakeup.set()
+
+    def _rebuilt_already(self, event: Event, seq: int) -> bool:
+        """An input the last holder had taken in before it died, handled again in this process's
+        rebuild of the run, and now redelivered (it had not acked it)."""
+        key = (event.run, family_of(event.type))
+        upto = self._taken_before.get(key)
+        if upto is None:
+            return False
+        if seq > upto:  # past what the rebuild took in: from here on, inputs are new
+            del self._taken_before[key]
+            return False
+        log.info("%s: %s %s was taken in by the last holder and rebuilt here: not handled again",
+                 self.actor.name, event.type, event.id)
+        return True
 
     async def _call(
         self, deliveries: list[Delivery], what: str, fn: Callable[..., Any], *args: Any,

@@ -6,13 +6,17 @@ each live run's state from the streams, then goes on where the last holder stopp
 
 1. Each durable consumer is re-made to start just after its ack floor, so what the
    last holder had taken but not acked is delivered at once, not after the ack wait.
-   Those inputs are handled again live; their outputs carry the same ids, so JetStream
-   drops the ones already stored (within the streams' two-minute duplicate window).
+   Of those, the inputs its stored outputs say it had taken in (``Event.seen``) are part of
+   the rebuilt state (step 2) and acked when redelivered, not handled again: handled at
+   another show time, an input can be decided otherwise, and both answers would be stored.
+   The others are handled live; an output the last holder published anyway carries the same
+   id, so JetStream drops it (within the streams' two-minute duplicate window).
    The actor is told (``taking_over``) before each run's past is handed to it.
 2. For every run on air (started, not a playback, not ended, not past its planned end, its
-   show process alive: ``live_runs``), the actor's inputs up to the floor are read back and
-   handled again, as re-execution does, in the order the last holder took them in (its
-   outputs record the stream positions it had taken in) and each at the show time it was
+   show process alive: ``live_runs``), the actor's inputs up to the floor (and past it, up to
+   what its outputs say it took in) are read back and handled again, as re-execution does, in
+   the order the last holder took them in (its outputs record the stream positions it had
+   taken in) and each at the show time it was
    handled then: the earliest of the times its outputs record (a deferred decision's
    ``heard_ms``; a comment the director let wait says when it took it in, ``danmaku.waiting``),
    else (it caused nothing yet) the time of the input before it, never before the server stored
@@ -47,7 +51,7 @@ from nats.js.api import DeliverPolicy
 from nats.js.errors import NotFoundError
 
 from actors.base import ClockedActor, inputs_for
-from actors.kernel import Fed, Kernel, Recorded, handling_order, replay
+from actors.kernel import Fed, Kernel, Recorded, Tick, handling_order, take_over
 from actors.runtime.runs import RunDirectory
 from events import codec
 from events.base import Event
@@ -69,6 +73,10 @@ class Takeover:
 
     floors: dict[str, int] = field(default_factory=dict)  # durable -> its ack floor
     runs: list[str] = field(default_factory=list)          # the live runs rebuilt
+    resumed: dict[str, str] = field(default_factory=dict)  # run -> the stored output it went on from
+    # (run, family) -> the last position the last holder had taken in past its ack floor: the inputs
+    # redelivered up to it were handled in the rebuild, and are acked without being handled again
+    taken: dict[tuple[str, str], int] = field(default_factory=dict)
     inputs: int = 0                                        # inputs handled again
     published: int = 0                                     # outputs nobody had published, sent now
     seconds: float = 0.0
@@ -169,14 +177,24 @@ async def rebuild_run(
                 last_ms = max(last_ms, event.t_ms)
             if event.causation is not None and event.answers:
                 answered.add(event.causation)
+    # What the last holder had taken in, as its outputs stored record it (``seen``): inputs past its
+    # ack floor that it took in before it died belong to the rebuilt state, and their redelivery is
+    # not handled again (at another show time it could decide otherwise, and both would be stored).
+    taken: dict[str, int] = {}
+    for said in mine:
+        for family, seq in (said.seen or {}).items():
+            taken[family] = max(taken.get(family, 0), seq)
     inputs: dict[str, list[Recorded]] = {}
     for spec in specs:
         if spec.family in actor.rebuild_skips:
             continue
         floor = report.floors.get(spec.durable, 0)
-        if floor <= 0:
+        upto = max(floor, taken.get(spec.family, 0))
+        if upto <= 0:
             continue
-        for msg in await read_stream(js, spec.stream, run_filters(spec.subjects, run.run), upto_seq=floor):
+        if upto > floor:
+            report.taken[(run.run, spec.family)] = upto
+        for msg in await read_stream(js, spec.stream, run_filters(spec.subjects, run.run), upto_seq=upto):
             event = _decoded(msg.data)
             if event is None or event.run != run.run:
                 continue
@@ -186,6 +204,8 @@ async def rebuild_run(
     last = None
     if isinstance(actor, ClockedActor) and actor.resumes_from is not None:
         last = await _last(js, run.run, actor.resumes_from.type)
+        if last is not None:
+            report.resumed[run.run] = last.id
     # One call into the actor: its clock sees the run only once it is rebuilt and resumed.
     emitted = await in_thread(_rebuild_state, kernel, run, feed, last_ms, last)
     unsaid = unpublished(emitted, stored, answered)
@@ -198,23 +218,12 @@ async def rebuild_run(
     report.runs.append(run.run)
 
 
-def _rebuild_state(kernel: Kernel[Any], run: RunStarted, feed: Sequence[tuple[int, Event] | Fed], last_ms: int,
+def _rebuild_state(kernel: Kernel[Any], run: RunStarted, feed: Sequence[Fed | Tick], last_ms: int,
                    last: Event | None) -> list[Event]:
-    """The actor told it is taking the run over, its inputs handled again (``_replay``), and an
-    actor that goes on from its last output told what that was; what the replay emitted."""
-    kernel.taking_over(run)
-    emitted = _replay(kernel, run, feed, last_ms)
-    if last is not None:
-        kernel.resume(run, last)
-    return emitted
-
-
-def _replay(kernel: Kernel[Any], run: RunStarted, feed: Sequence[tuple[int, Event] | Fed], last_ms: int) -> list[Event]:
-    """The kernel fed a run's inputs again at the show times they were handled, then (an actor
-    whose clock decides) its clock run up to its last recorded output; what they emit (the last
-    holder published it, or should have)."""
+    """The run taken over in the kernel (``take_over``), an actor whose clock decides having its
+    clock run up to its last recorded output; what the replay emitted."""
     clocked = isinstance(kernel.actor, ClockedActor) and bool(kernel.actor.clock_marks)
-    return [e for _, outputs in replay(kernel, run, feed, last_ms if clocked else None) for e in outputs]
+    return take_over(kernel, run, feed, last_ms if clocked else None, last)
 
 
 def unpublished(emitted: Sequence[Event], stored: set[str], answered: Collection[str]) -> list[Event]:

@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from app.cli import actor, bridge, operator, publish, services, show, store, up
+from app.cli import actor, bridge, operator, publish, services, show, store, up, viewers
 from app.cli.base import Command, Parser, UsageError, global_options
 from app.publish import RunError
 from events.errors import ConfigError, TroupeError
@@ -24,7 +24,7 @@ __all__ = ["COMMANDS", "UsageError", "main", "parser"]
 COMMANDS: tuple[Command, ...] = (*up.COMMANDS, *show.COMMANDS, *actor.COMMANDS, *publish.COMMANDS, *bridge.COMMANDS,
                                  *operator.COMMANDS,
                                  *services.COMMANDS[:1], *store.COMMANDS[:3], *services.COMMANDS[1:],
-                                 *store.COMMANDS[3:])
+                                 *store.COMMANDS[3:], *viewers.COMMANDS)
 
 
 def parser() -> argparse.ArgumentParser:

@@ -18,7 +18,7 @@ from app.cli.base import (
     show_nats,
 )
 from app.publish import DanmakuFileError, Sent, read_danmaku_file, send, tally
-from events.danmaku import DanmakuReceived
+from events.danmaku import DanmakuReceived, viewer_problem
 from events.errors import BusError
 from events.subjects import is_token
 from infra.bus import connect, masked_url
@@ -32,6 +32,7 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("text", nargs="?", help="the comment")
     parser.add_argument("--run", required=True, help="the run id (printed by troupe up)")
     parser.add_argument("--user", help="viewer name")
+    parser.add_argument("--viewer", help="the viewer's platform-namespaced id (e.g. twitch:12345): the stage remembers them by it")
     parser.add_argument("--role", help="address one role")
     parser.add_argument("--kind", choices=DANMAKU_KINDS, help="comment (default), gift or moderator")
     parser.add_argument("--id", dest="danmaku_id", metavar="ID", help="the danmaku's id (default: a new one); resending it is a no-op")
@@ -54,8 +55,8 @@ def _danmaku_batch(args: argparse.Namespace) -> tuple[list[DanmakuReceived], lis
     if args.bilibili is not None:
         if args.file is not None or args.text is not None:
             raise UsageError("give the comment text, --file or --bilibili, one of them")
-        if any(v is not None for v in (args.user, args.role, args.kind, args.danmaku_id)):
-            raise UsageError("--user, --role, --kind and --id are for one comment, not --bilibili")
+        if any(v is not None for v in (args.user, args.viewer, args.role, args.kind, args.danmaku_id)):
+            raise UsageError("--user, --viewer, --role, --kind and --id are for one comment, not --bilibili")
         if not 0 < args.speed <= 10_000:  # also refuses nan
             raise UsageError("--speed must be above 0 (1: as recorded, 20: twenty times faster)")
         try:
@@ -73,12 +74,17 @@ def _one_or_file(args: argparse.Namespace, now: int) -> list[DanmakuReceived]:
         if args.text is None:
             raise UsageError("give the comment text or --file")
         ident = args.danmaku_id or f"cli-{now}-{secrets.token_hex(3)}"
-        return [DanmakuReceived(id=ident, run=args.run, user=args.user or "", text=args.text, to=args.role,
-                                kind=args.kind or "comment", at_ms=now)]
+        one = DanmakuReceived(id=ident, run=args.run, user=args.user or "", text=args.text, to=args.role,
+                              kind=args.kind or "comment", at_ms=now, viewer=args.viewer or "",
+                              platform=(args.viewer or "").partition(":")[0])
+        problem = viewer_problem(one)
+        if problem is not None:
+            raise UsageError(f"--viewer: {problem}")
+        return [one]
     if args.text is not None:
         raise UsageError("give the comment text or --file, not both")
-    if any(v is not None for v in (args.user, args.role, args.kind, args.danmaku_id)):
-        raise UsageError("--user, --role, --kind and --id are for one comment; in a --file each line has its own")
+    if any(v is not None for v in (args.user, args.viewer, args.role, args.kind, args.danmaku_id)):
+        raise UsageError("--user, --viewer, --role, --kind and --id are for one comment; in a --file each line has its own")
     try:
         return read_danmaku_file(args.file, args.run, now)
     except DanmakuFileError as exc:

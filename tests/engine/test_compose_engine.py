@@ -41,7 +41,20 @@ COMPOSE_BIN = os.environ.get("TROUPE_COMPOSE_BIN", "docker-compose")
 PROJECT = "troupe-engine"
 SHOW_S = 100           # the show's length: long enough for every check that needs it live
 RESOLUTION = "480p"    # the stage's size: the whole stack and chromium share two cores
-WORKERS = ("director", "llm", "tts", "lipsync", "render", "sink", "qos", "recorder", "preview")
+
+
+def _scraped_services() -> tuple[str, ...]:
+    """The Troupe services Prometheus looks up (infra/prometheus/prometheus.yml), less the show and
+    the gpu profile's: read from the file so that a service added to compose is expected here too."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / "infra/prometheus/prometheus.yml").read_text())
+    [job] = [j for j in config["scrape_configs"] if j["job_name"] == "troupe"]
+    names = [n for sd in job["dns_sd_configs"] for n in sd["names"]]
+    return tuple(n for n in names if n != "show" and not n.endswith("-gpu"))
+
+
+WORKERS = _scraped_services()
 SCALED = {"llm": 2, "tts": 2}
 SLIM_MAX_BYTES = 360_000_000  # no torch, no aiortc: 350 MB with brotli (Bilibili's packets); troupe:dev is 1.6 GB
 RENDER_MAX_BYTES = 1_780_000_000
@@ -172,7 +185,7 @@ async def test_every_service_turns_healthy(stack: Stack) -> None:
         seen.update(stack.health())
         return all(seen.get(name) == "healthy" for name in expected)
 
-    await wait_for(healthy, 180, f"every healthcheck healthy ({seen})")
+    await wait_for(healthy, 180, lambda: f"every healthcheck healthy ({seen})")
     provision = stack.containers("provision")
     assert provision and provision[0]["State"]["ExitCode"] == 0
 
@@ -193,11 +206,11 @@ async def test_prometheus_finds_every_service_by_dns_and_the_dashboard_has_data(
                     and all(len(seen[name]) == n for name, n in SCALED.items()))
         return False
 
-    await wait_for(targets_up, 120, f"Prometheus scraping every Troupe service and replica as up ({seen})")
+    await wait_for(targets_up, 120, lambda: f"Prometheus scraping every Troupe service and replica as up ({seen})")
     print("\nPrometheus targets: " + ", ".join(f"{name} {len(h)}x {h[0]}" for name, h in sorted(seen.items())),
           file=sys.stderr)
     missing = dashboard_queries()
-    await wait_for(lambda: answer_queries(api, missing), 90, f"every dashboard query to return data (still empty: {missing})")
+    await wait_for(lambda: answer_queries(api, missing), 90, lambda: f"every dashboard query to return data (still empty: {missing})")
 
 
 async def test_the_live_stream_reaches_the_rtmp_ingest(stack: Stack) -> None:
@@ -338,7 +351,7 @@ async def test_scaled_workers_share_the_work(stack: Stack) -> None:
         return all(len(seen.get(name, {})) == n and all(v > 0 for v in seen[name].values())
                    for name, n in SCALED.items())
 
-    await wait_for(shared, 120, f"every replica of {sorted(SCALED)} handling work ({seen})")
+    await wait_for(shared, 120, lambda: f"every replica of {sorted(SCALED)} handling work ({seen})")
 
 
 async def test_a_killed_worker_is_restarted_and_the_show_goes_on(stack: Stack) -> None:
@@ -399,7 +412,7 @@ async def test_the_show_is_recorded_in_postgres_and_its_video_is_in_the_volume(s
     # The sink's MP4, in its named volume.
     [volume] = json.loads(podman("volume", "inspect", f"{PROJECT}_sink-out"))
     mp4 = Path(volume["Mountpoint"]) / f"{run}.mp4"
-    await wait_for(mp4.exists, 120, f"{mp4} in the sink's volume")
+    await wait_for(mp4.exists, 120, lambda: f"{mp4} in the sink's volume")
     with av.open(str(mp4)) as video:
         assert video.streams.video[0].frames == SHOW_S * 25
         assert video.streams.audio

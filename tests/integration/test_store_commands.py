@@ -114,11 +114,14 @@ async def test_verify_finds_no_divergence_in_a_recorded_run(demo, capsys) -> Non
     code, out, _ = await troupe(capsys, *env_args(settings), "replay", result.run, "--verify")
     assert code == 0, out
     assert out.strip().endswith("0 divergences"), out
-    # Every recorded frame is drawn again: the frames of 20 s at 25 fps (n < 500), less any the
-    # renderer skipped when it fell behind (tests/integration/test_show.py counts those).
-    drawn = event_counts(engine, result.run)["frame.rendered"]
+    # Every recorded frame is drawn again through the renderer's own ticks, with its once-a-second
+    # observations: the frames of 20 s at 25 fps (n < 500), less any the renderer skipped when it
+    # fell behind (tests/integration/test_show.py counts those).
+    counts = event_counts(engine, result.run)
+    drawn = counts["frame.rendered"]
     assert drawn <= 500
-    assert "director" in out and "lipsync" in out and re.search(rf"\brender {drawn}\b", out), out
+    checked = drawn + counts["qos.frames_observed"]
+    assert "director" in out and "lipsync" in out and re.search(rf"\brender {checked}\b", out), out
 
 
 # A value other than the default for every run-scoped setting (a new one must be added here).
@@ -128,7 +131,8 @@ OTHER_VALUES = {
     "idle_gap_ms": "9000", "reply_pause_ms": "2500", "deck_ms": "0", "banter_turns": "1", "llm_backend": "openai",
     "llm_max_sentences": "1", "llm_max_tokens": "5", "llm_first_sentence_ms": "1", "openers": "off",
     "face_ease_ms": "0", "face_hold_ms": "100", "face_linger_ms": "0", "jpeg_quality": "20",
-    "interrupt_priority": "0.5", "role_wait_budget_ms": "1",
+    "interrupt_priority": "0.5", "role_wait_budget_ms": "1", "memory": "off", "recall_wait_ms": "2000",
+    "regulars_first": "on",
 }
 
 
@@ -156,7 +160,7 @@ async def test_verify_points_at_the_first_event_a_changed_handler_gets_wrong(dem
     def build(name: str, s: Any) -> Any:
         return LateLipsync() if name == "lipsync" else Director(s)
 
-    v = await asyncio.to_thread(verify, engine, result.run, ("director", "lipsync"), settings, 2, build)
+    v = await asyncio.to_thread(verify, engine, result.run, ("director", "lipsync"), settings, build)
     d = v.divergence
     assert d is not None and d.actor == "lipsync" and d.what == "differs"
     with engine.connect() as conn:
@@ -173,7 +177,7 @@ async def test_verify_points_at_the_first_event_a_changed_handler_gets_wrong(dem
         def _route(self, state, event):  # type: ignore[no-untyped-def]
             return state.show.roles[0].id, "contrary"
 
-    v = await asyncio.to_thread(verify, engine, result.run, ("director",), settings, 2,
+    v = await asyncio.to_thread(verify, engine, result.run, ("director",), settings,
                                 lambda name, s: Contrary(s))
     d = v.divergence
     first_cue = [e for e in _events(engine, result.run, "cue.issued") if e.danmaku][0]  # type: ignore[attr-defined]

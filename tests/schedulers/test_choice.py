@@ -49,7 +49,7 @@ def _floor(arrivals: list[tuple[int, str, int, int, str]], length_ms: int, until
         decisions = []
         while pending and pending[0][0] <= now:
             at, key, cls, kind, role = pending.pop(0)
-            decisions += plan.add(key, cls, key, at, kind, role)
+            decisions += plan.add(key, cls, key, at, kind, role, regular=key.startswith("regular"))
         decisions += plan.decide(now)
         for d in decisions:
             outcome[d.candidate.key] = "answered" if d.answer else d.reason
@@ -89,6 +89,31 @@ def test_near_the_floors_capacity_the_oldest_question_is_not_starved(length: int
         at += length + POLICY.pause_ms + j  # as fast as the floor answers
     outcome = _floor(arrivals, length, at + 10_000, busy_ms=1500)
     assert all(v == "answered" for v in outcome.values()), outcome
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(1500, 2500), st.integers(300, 1500), st.integers(0, 8000), st.sampled_from([QUESTION, REMARK]))
+def test_regulars_first_never_lets_a_newcomer_go_for_a_regular(length: int, every: int, newcomer_at: int,
+                                                                kind: int) -> None:
+    """Regulars' comments of the same kind come as fast as, or faster than, the floor answers, each
+    ranked first among equals: a newcomer's comment that would be answered without the preference
+    is answered with it (once about to go stale it goes first, whoever waits)."""
+    flood = [(t, f"{{}}{t}", COMMENT, kind, "") for t in range(200, 12_000, every)]
+    newcomer = (newcomer_at + 1, "newcomer", COMMENT, kind, "")
+    plain = _floor([(t, k.format("r"), c, n, r) for t, k, c, n, r in flood] + [newcomer], length, 30_000, busy_ms=1500)
+    first = _floor([(t, k.format("regular"), c, n, r) for t, k, c, n, r in flood] + [newcomer], length, 30_000,
+                   busy_ms=1500)
+    if plain["newcomer"] == "answered":
+        assert first["newcomer"] == "answered", first
+
+
+def test_a_regular_goes_first_among_equals() -> None:
+    plan = StagePlan(POLICY, 0)
+    plan.ask("busy", 0, 3000)
+    plan.add("newcomer", COMMENT, "a", 100, QUESTION)
+    plan.add("regular", COMMENT, "b", 90, QUESTION, regular=True)
+    [d] = plan.decide(plan.next_due_ms() or 0)
+    assert (d.candidate.key, d.answer) == ("regular", True)
 
 
 def test_a_question_goes_before_a_fresher_greeting_of_the_same_class() -> None:

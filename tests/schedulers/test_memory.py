@@ -1,0 +1,76 @@
+"""The rules that read what a viewer says about themselves, and what a comment bears on."""
+
+from __future__ import annotations
+
+import pytest
+
+from schedulers.memory import Fact, asks_to_forget, bearing, extract_facts, forgotten_line, topic_of
+
+STATED = [
+    ("I'm from Berlin!", [("home", "", "Berlin")]),
+    ("hi from New York and I love it", [("home", "", "New York")]),
+    ("im from germany lol", [("home", "", "Germany")]),
+    ("I live in Sao Paulo, Brazil", [("home", "", "Sao Paulo")]),
+    ("my cat is called Miso", [("pet", "cat", "Miso")]),
+    ("I have a dog named Rex", [("pet", "dog", "Rex")]),
+    ("I'm learning Rust these days", [("learning", "", "Rust")]),
+    ("I am studying Japanese for my exam", [("learning", "", "Japanese")]),
+    ("I work as a nurse", [("job", "", "nurse")]),
+    ("call me Bob", [("name", "", "Bob")]),
+    ("my favourite game is Celeste", [("favourite", "game", "Celeste")]),
+    ("我在学日语", [("learning", "", "日语")]),
+    ("我来自北京，很高兴认识你们", [("home", "", "北京")]),
+    ("我是上海人", [("home", "", "上海")]),
+    ("我在深圳，今天好热", [("home", "", "深圳")]),
+    ("我家猫叫咪咪", [("pet", "cat", "咪咪")]),
+    ("我最喜欢的游戏是塞尔达", [("favourite", "游戏", "塞尔达")]),
+]
+NOTHING = ["I'm from the future", "i live in the city", "我在看直播", "我在上班呢", "I'm learning a lot from you",
+           "what do you think about rust?", "hello!", "我在学", ""]
+
+
+@pytest.mark.parametrize(("text", "facts"), STATED)
+def test_facts_stated_in_english_and_chinese(text: str, facts: list[tuple[str, str, str]]) -> None:
+    assert [(f.kind, f.detail, f.value) for f in extract_facts(text)] == facts
+
+
+@pytest.mark.parametrize("text", NOTHING)
+def test_comments_that_state_no_fact(text: str) -> None:
+    assert extract_facts(text) == []
+
+
+def test_what_a_comment_bears_on() -> None:
+    berlin, rust, miso = Fact("home", "Berlin"), Fact("learning", "Rust"), Fact("pet", "Miso", "cat")
+    facts = [berlin, rust, miso]
+    assert bearing("any tips for the weather where I live?", facts) == [berlin]
+    assert bearing("how should I practice for my exam", facts) == [rust]
+    assert bearing("Miso knocked my cup over", facts) == [miso]
+    assert bearing("my cat is asleep on me", facts) == [miso]
+    assert bearing("what's your favourite colour?", facts) == []
+    assert bearing("我这里今天下雨了", [Fact("home", "北京", "", "zh")]) == [Fact("home", "北京", "", "zh")]
+    assert bearing("日语考试好难", [Fact("learning", "日语", "", "zh")]) == [Fact("learning", "日语", "", "zh")]
+
+
+def test_topics() -> None:
+    assert topic_of("what do you think about rust?") == "rust"
+    assert topic_of("我来自北京") == "北京"
+    assert topic_of("hi!") == ""
+
+
+def test_a_fact_round_trips_as_a_line() -> None:
+    fact = Fact("favourite", "Celeste | the game", "game")
+    assert Fact.parse(fact.line) == Fact("favourite", "Celeste | the game", "game")
+
+
+@pytest.mark.parametrize("text", ["!forget", "!FORGET", "  !forget  ", "!forget me", "!forgetme", "!忘记我", "！忘了我"])
+def test_a_viewer_asks_to_be_forgotten(text: str) -> None:
+    assert asks_to_forget(text)
+
+
+@pytest.mark.parametrize("text", ["forget it", "!forget about the last game", "don't !forget", "", "!forgot"])
+def test_other_comments_do_not_ask_to_be_forgotten(text: str) -> None:
+    assert not asks_to_forget(text)
+
+
+def test_the_stage_says_done_in_the_viewers_language_and_without_their_name() -> None:
+    assert forgotten_line("!forget").startswith("Done") and "忘" in forgotten_line("!忘记我")

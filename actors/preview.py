@@ -40,6 +40,7 @@ from events.show import show_from_dict
 from events.utterance import UtteranceChunk, UtteranceCompleted, UtteranceDropped
 from events.viseme import VisemeCut, VisemeTrack
 from infra.settings import Settings
+from schedulers.memory import asks_to_forget
 
 log = logging.getLogger(__name__)
 FEED_MAX = 200        # danmaku kept per run (oldest forgotten first)
@@ -113,6 +114,7 @@ class Board:
                 "platform": "", "viewer": "",
                 "t_ms": None, "outcome": None, "reason": None, "detail": None, "role": None,
                 "into": None, "reply": "", "reply_state": None, "latency_ms": None, "frame": None,
+                "returning": False, "regular": False, "recalled": [], "forgotten": False,
             }
             while len(self.feed) > FEED_MAX:
                 self.feed.popitem(last=False)
@@ -230,6 +232,16 @@ class PreviewActor(Actor):
             board.cues.popitem(last=False)
         item = board.item(corr)
         item.update(outcome="cue", role=e.role)
+        if e.recalled:  # what the stage remembered of the viewer when it answered
+            item.update(returning=e.returning, regular=e.regular,
+                        recalled=[_fact_shown(f) for f in e.facts[:max(e.bears, 1)] if _fact_shown(f)])
+        if e.verbatim and not e.viewer and item["viewer"] and asks_to_forget(item["text"]):
+            # their !forget, answered: the page forgets what it showed of them too
+            for other in board.feed.values():
+                if other["viewer"] == item["viewer"] and other is not item:
+                    other.update(user="", text="", reply="", recalled=[])
+                    self._tell_item(board, other)
+            item.update(forgotten=True)
         if e.self_driven and not item["text"]:  # no viewer asked: the feed says why the show speaks
             item.update(user=e.user or "the show", text=f"[{e.reason}] {e.segment}", reason=e.reason)
         self._tell_item(board, item)
@@ -366,6 +378,13 @@ class Boards:
         """The runs on the boards, the newest first."""
         boards = [b for b in list(self._states.values()) if isinstance(b, Board) and b.shown]
         return sorted((b.summary() for b in boards), key=lambda r: -r["started_at_ms"])
+
+
+def _fact_shown(line: str) -> str:
+    """A recalled fact ("home||Berlin", "pet|cat|Miso") as the feed shows it: "home: Berlin"."""
+    kind, _, rest = line.partition("|")
+    detail, _, value = rest.partition("|")
+    return f"{detail or kind}: {value}" if value else ""
 
 
 def _role_entry(e: RoleDeclared) -> Message:

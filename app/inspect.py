@@ -15,7 +15,7 @@ from sqlalchemy import Engine
 from app.airtime import airtime
 from app.summary import OUTCOMES, live_outputs, quantiles
 from events.base import Event
-from events.cue import StagePaced
+from events.cue import CueIssued, StagePaced
 from events.danmaku import (
     DanmakuGap,
     DanmakuReceived,
@@ -29,6 +29,7 @@ from events.errors import StoreError
 from events.frame import FrameRendered
 from events.run import RunOwned, RunStarted
 from events.utterance import UtteranceDropped
+from events.viewer import ViewerRecalled
 from events.viseme import FaceChanged, VisemeCut
 from store.queries import Row, iter_rows, run_info
 
@@ -263,7 +264,20 @@ def chain(engine: Engine, run: str, correlation: str) -> dict[str, Any]:
         })
     return {"run": run, "correlation": correlation, "events": steps,
             "total_ms": max(wall(r.event) for r in members) - root_at,
-            "waited": _waited(correlation, [r.event for r in members])}
+            "waited": _waited(correlation, [r.event for r in members]),
+            "recalled": _recalled([r.event for r in members])}
+
+
+def _recalled(chain: Sequence[Event]) -> dict[str, Any] | None:
+    """What the stage remembered of the comment's viewer (its ``danmaku.recalled``), and what the
+    cue took of it (None: not a remembered viewer's)."""
+    recall = next((e for e in chain if isinstance(e, ViewerRecalled)), None)
+    if recall is None:
+        return None
+    cue = next((e for e in chain if isinstance(e, CueIssued) and e.recalled == recall.id), None)
+    return {"id": recall.id, "viewer": recall.viewer, "known": recall.known, "shows": recall.shows,
+            "facts": list(recall.facts), "bears": list(recall.bears), "forget": recall.forget,
+            "reason": recall.reason, "returning": cue.returning if cue else None, "used_by": cue.id if cue else None}
 
 
 def _waited(danmaku: str, chain: Sequence[Event]) -> dict[str, Any] | None:
@@ -399,6 +413,17 @@ def format_chain(doc: dict[str, Any]) -> str:
             + (f", joined {w['joined']}" if w["joined"] else "")
             + f", {behind} of {w['waiting']} waiting, let go unless on air by {_ms(w['until_ms'])}; "
             + (f"{w['outcome']} after {w['ms']} ms" if w["outcome"] else "no outcome recorded"))
+    r = doc.get("recalled")
+    if r and r["forget"]:
+        lines.append(f"recalled ({r['id']}): {r['reason']}")
+    elif r and r["known"]:
+        lines.append(f"recalled ({r['id']}): {r['viewer'] or 'a forgotten viewer'}, {r['shows']} earlier shows"
+                     + (f"; facts {', '.join(r['facts'])}" if r["facts"] else "")
+                     + (f"; this comment bears on {', '.join(r['bears'])}" if r["bears"] else "")
+                     + (f"; greeted back by {r['used_by']}" if r["returning"] else
+                        f"; used by {r['used_by']}" if r["used_by"] else "; no cue took it"))
+    elif r:
+        lines.append(f"recalled ({r['id']}): a first-time viewer" + (f" ({r['reason']})" if r["reason"] else ""))
     lines.append(f"{'+ms':>7} {'hop ms':>7} {'show t':>8}  {'type':<20} {'role':<8} id")
     for s in doc["events"]:
         hop = "" if s["hop_ms"] is None else str(s["hop_ms"])

@@ -213,3 +213,21 @@ def test_the_roles_show_from_the_runs_start_whatever_came_first() -> None:
     feed.handle(RoleDeclared(id=f"r1-role-{spec['id']}", run="r1", role=spec["id"], name=spec["name"],
                              persona="", language="en"), at_ms=20)  # redelivered: the weight kept
     assert board.roles[spec["id"]]["factor"] == 1.5
+
+
+def test_a_returning_viewer_is_marked_with_what_was_recalled_and_a_forgotten_one_is_cleared(watched) -> None:  # type: ignore[no-untyped-def]
+    feed, _ = watched
+    feed.handle(DanmakuReceived(id="d1", run="r1", text="any tips for the weather where I live?", user="ann",
+                                viewer="twitch:1337", platform="twitch", at_ms=1000), at_ms=1000)
+    feed.handle(CueIssued(id="d1-cue", run="r1", role="rex", correlation="d1", seq=1, user="ann", text="hi",
+                          danmaku=("d1",), routed_by="mention", viewer="twitch:1337", recalled="d1-recalled",
+                          returning=True, regular=True, facts=("home||Berlin", "pet|cat|Miso"), bears=1), at_ms=1000)
+    board = feed.state()
+    item = board.feed["d1"]
+    assert (item["returning"], item["regular"], item["recalled"]) == (True, True, ["home: Berlin"])
+    # Their !forget, answered word for word: the page drops what it showed of them.
+    feed.handle(DanmakuReceived(id="d2", run="r1", text="!forget", user="ann", viewer="twitch:1337",
+                                platform="twitch", at_ms=2000), at_ms=2000)
+    feed.handle(CueIssued(id="d2-cue", run="r1", role="rex", correlation="d2", seq=2, user="ann", text="Done.",
+                          danmaku=("d2",), routed_by="mention", verbatim=True), at_ms=2000)
+    assert board.feed["d2"]["forgotten"] and (item["user"], item["text"], item["recalled"]) == ("", "", [])

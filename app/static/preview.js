@@ -174,7 +174,11 @@ function showItem(item) {
   if (item.kind !== "comment") head.append(el("span", "badge", item.kind));
   if (item.platform) head.append(el("span", "badge platform", item.platform));
   if (item.id in T.sent) head.append(el("span", "badge mine", "you"));
+  if (item.returning) head.append(el("span", "badge returning", "welcomed back"));
+  else if (item.regular) head.append(el("span", "badge returning", "regular"));
+  if (item.forgotten) head.append(el("span", "badge forgotten", "forgotten"));
   li.append(head);
+  if (item.recalled && item.recalled.length) li.append(el("div", "muted recalled", `remembered: ${item.recalled.join(" · ")}`));
   if (item.reply) li.append(el("div", "reply", `${item.reply}${item.reply_state === "dropped" ? ` (dropped: ${item.detail})` : ""}`));
   const times = [];
   if (item.latency_ms !== null) times.push(`first frame ${item.latency_ms} ms`);

@@ -14,6 +14,7 @@ import pytest
 from sqlalchemy import select
 
 from app.cli import main
+from app.inspect import chain, format_chain
 from app.reexec import format_verification, verify
 from app.shows import load_show
 from app.supervisor import Stage, run_show
@@ -72,6 +73,11 @@ async def test_a_viewer_is_welcomed_back_and_asked_about_what_they_said(settings
             "twitch:4242", recall.id, True, "home||Berlin", 1)
         said = " ".join(c.text for c in stored(engine, second, UtteranceChunk) if c.utterance == cue.id)
         assert "Berlin" in said and "alice" in said, said
+        # inspect --correlation names the recall, what it held, and the cue that greeted her back
+        doc = chain(engine, second, recall.danmaku)
+        assert (doc["recalled"]["id"], doc["recalled"]["returning"], doc["recalled"]["used_by"]) == (recall.id, True, cue.id)
+        told = format_chain(doc)
+        assert f"recalled ({recall.id}): twitch:4242, 1 earlier shows; facts home||Berlin" in told, told
         await asyncio.to_thread(Projector(engine).catch_up)
         alice = profile(engine, "twitch:4242")
         assert alice is not None and alice.shows == 2 and alice.runs == (first, second)

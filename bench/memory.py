@@ -236,11 +236,9 @@ async def _on_air(engine: Engine, run: str) -> None:
 
 
 def _judge(engine: Engine, run: str, people: list[tuple[int, bool]]) -> dict[str, Any]:
-    from store.schema import events
+    from store.queries import iter_rows
 
-    with engine.connect() as conn:
-        rows = conn.execute(select(events.c.body).where(events.c.run == run).order_by(events.c.pos)).all()
-    evs = [codec.decode(bytes(r[0])) for r in rows]
+    evs = [r.event for r in iter_rows(engine, run)]
     sent = {e.id: e for e in evs if isinstance(e, DanmakuReceived)}
     taken: dict[str, int] = {}
     for e in evs:
@@ -249,6 +247,7 @@ def _judge(engine: Engine, run: str, people: list[tuple[int, bool]]) -> dict[str
     cues = {e.correlation: e for e in evs if isinstance(e, CueIssued) and not e.self_driven}
     replies = {e.utterance: e.text for e in evs if isinstance(e, UtteranceCompleted)}
     answered = greeted = flagged = used = bears = 0
+    misses: list[str] = []
     for n, zh in people:
         cue = cues.get(f"{run}-v{n}")
         if cue is None or cue.id not in replies:
@@ -258,7 +257,13 @@ def _judge(engine: Engine, run: str, people: list[tuple[int, bool]]) -> dict[str
         flagged += cue.returning
         greeted += WELCOME.search(reply) is not None
         bears += cue.bears > 0
-        used += _fact(n, zh)[2].casefold() in reply.casefold()
+        if _fact(n, zh)[2].casefold() in reply.casefold():
+            used += 1
+        else:
+            misses.append(f"{_fact(n, zh)[1]!r} -> {reply!r}")
+    recalled = {e.danmaku: e.at_ms for e in evs if isinstance(e, ViewerRecalled)}
+    worker = [recalled[k] - sent[k].at_ms for k in taken if k in recalled]   # comment -> its recall published
+    director = [sent[k].at_ms + taken[k] - recalled[k] for k in taken if k in recalled]  # recall -> taken in
     remembered = [ms for key, ms in taken.items() if "-v" in key]
     strangers = [ms for key, ms in taken.items() if "-a" in key]
     return {
@@ -267,9 +272,12 @@ def _judge(engine: Engine, run: str, people: list[tuple[int, bool]]) -> dict[str
         "returning_flag_share": round(flagged / answered, 3) if answered else None,
         "bears_share": round(bears / answered, 3) if answered else None,
         "fact_used_share": round(used / answered, 3) if answered else None,
+        "replies_without_the_fact": misses,
         "taken_in_ms": {"remembered": {"n": len(remembered), "p50": median(remembered), "p99": pct(remembered, 99)},
                         "anonymous": {"n": len(strangers), "p50": median(strangers), "p99": pct(strangers, 99)}},
         "recall_added_ms": {"p50": median(remembered) - median(strangers), "p99": pct(remembered, 99) - pct(strangers, 99)},
+        "recall_hops_ms": {"comment_to_recall": {"p50": median(worker), "p99": pct(worker, 99)},
+                           "recall_to_taken_in": {"p50": median(director), "p99": pct(director, 99)}},
     }
 
 

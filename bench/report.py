@@ -24,6 +24,7 @@ from bench.report_page import Page, Result, Section, sources
 from bench.report_parts import (
     bridges,
     gpu_check,
+    memory,
     models,
     render,
     replies,
@@ -103,6 +104,7 @@ def _flat(doc: Any, prefix: str = "") -> Iterable[tuple[str, Any]]:
 SECTIONS: tuple[tuple[str, Section], ...] = (
     ("latency", latency), ("chat", chat), ("recorded", recorded), ("show", show), ("glass", glass),
     ("scale", scale), ("soak", soak), ("standby", standby), ("takeovers", takeovers), ("spread", spread), ("runtime", runtime), ("store", store),
+    ("memory", memory),
     ("scheduler", scheduler), ("render", render), ("models", models), ("replies", replies), ("bridges", bridges),
     ("gpu_check", gpu_check),
 )

@@ -40,11 +40,24 @@ import contextlib
 import logging
 import time
 import zlib
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Connection, Engine, and_, delete, func, insert, select, text, tuple_, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    text,
+    tuple_,
+    update,
+)
 
 from events import codec
 from events.cue import CueIssued
@@ -166,12 +179,7 @@ class Projector:
             horizon = self._horizon(conn)
             if horizon is not None and horizon > (tx, pos):
                 rows = self._read(conn, (tx, pos), horizon)
-                for n, row in enumerate(rows, 1):
-                    if self._apply(conn, row, progress):
-                        # A viewer forgotten: the rest of the batch was read before their events
-                        # were blanked, so the next batch reads it again.
-                        rows, progress.more = rows[:n], True
-                        break
+                rows = self._apply_batch(conn, rows, progress)
                 progress.applied = len(rows)
                 # A short batch read everything up to the horizon: the position moves there (past
                 # the frames and audio between, which need not be read again).
@@ -255,84 +263,45 @@ class Projector:
                  .order_by(*order).limit(self.batch))
         return [(r[0] or 0, r[1], r[2], r[3], r[4]) for r in conn.execute(query)]
 
-    def _apply(self, conn: Connection, row: Any, progress: Progress) -> bool:
-        """Apply one event; True where it forgot a viewer (the batch stops there)."""
-        _, pos, run, at_ms, body = row
-        try:
-            event = codec.decode(bytes(body))
-        except Exception as exc:  # noqa: BLE001 - a row the codec cannot read stops the projection, named
-            raise StoreError(f"the viewers projection cannot read the event at pos {pos}: {exc}") from None
-        at_ms = event.at_ms or at_ms
-        if isinstance(event, DanmakuReceived):
-            if event.kind == "moderator" or not remembered(event.viewer) or not self.mine(event.viewer):
-                return False
-            self._seen(conn, event, run, at_ms)
-            progress.viewers.add(event.viewer)
-        elif isinstance(event, ViewerNoted):
-            if remembered(event.viewer) and self.mine(event.viewer) and self._exists(conn, event.viewer):
-                self._noted(conn, event, run, at_ms)
-                progress.viewers.add(event.viewer)
-        elif isinstance(event, ViewerRecalled):
-            if event.forget and remembered(event.viewer) and self.mine(event.viewer):
-                done = forget_in(conn, event.viewer, "chat", at_ms)
-                progress.messages += done.messages
-                progress.forgotten += 1
-                return True
-        elif (isinstance(event, CueIssued) and event.viewer and remembered(event.viewer) and self.mine(event.viewer)
-              and event.role and not event.self_driven and self._exists(conn, event.viewer)):
-            _upsert_add(conn, viewer_roles, {"viewer": event.viewer, "role": event.role}, "answers", 1)
-        return False
-
-    @staticmethod
-    def _exists(conn: Connection, viewer: str) -> bool:
-        return conn.execute(select(viewers.c.id).where(viewers.c.id == viewer)).first() is not None
-
-    @staticmethod
-    def _seen(conn: Connection, event: DanmakuReceived, run: str, at_ms: int) -> None:
-        viewer = event.viewer
-        gift = event.kind == "gift"
-        first_in_run = conn.execute(select(viewer_runs.c.comments).where(
-            viewer_runs.c.viewer == viewer, viewer_runs.c.run == run)).first() is None
-        if first_in_run:
-            conn.execute(insert(viewer_runs).values(viewer=viewer, run=run, first_at_ms=at_ms, comments=1))
-        else:
-            conn.execute(update(viewer_runs).where(viewer_runs.c.viewer == viewer, viewer_runs.c.run == run)
-                         .values(comments=viewer_runs.c.comments + 1))
-        name = event.user or viewer
-        if not Projector._exists(conn, viewer):
-            conn.execute(insert(viewers).values(
-                id=viewer, platform=event.platform or viewer.partition(":")[0], name=name,
-                first_seen_at_ms=at_ms, last_seen_at_ms=at_ms, first_run=run, last_run=run, shows=1,
-                comments=0 if gift else 1, gifts=1 if gift else 0, gift_value=event.value if gift else 0.0))
-        else:
-            conn.execute(update(viewers).where(viewers.c.id == viewer).values(
-                name=name, last_seen_at_ms=func.max(viewers.c.last_seen_at_ms, at_ms)
-                if conn.dialect.name == "sqlite" else func.greatest(viewers.c.last_seen_at_ms, at_ms),
-                last_run=run, shows=viewers.c.shows + (1 if first_in_run else 0),
-                comments=viewers.c.comments + (0 if gift else 1), gifts=viewers.c.gifts + (1 if gift else 0),
-                gift_value=viewers.c.gift_value + (event.value if gift else 0.0)))
-        topic = topic_of(event.text) if not gift else ""
-        if topic:
-            conn.execute(delete(viewer_topics).where(viewer_topics.c.viewer == viewer,
-                                                      viewer_topics.c.danmaku == event.id))
-            conn.execute(insert(viewer_topics).values(viewer=viewer, danmaku=event.id, topic=topic, run=run,
-                                                      at_ms=at_ms))
-            old = [d for (d,) in conn.execute(
-                select(viewer_topics.c.danmaku).where(viewer_topics.c.viewer == viewer)
-                .order_by(viewer_topics.c.at_ms.desc(), viewer_topics.c.danmaku.desc()).offset(TOPICS_KEPT))]
-            if old:
-                conn.execute(delete(viewer_topics).where(viewer_topics.c.viewer == viewer,
-                                                          viewer_topics.c.danmaku.in_(old)))
-
-    @staticmethod
-    def _noted(conn: Connection, event: ViewerNoted, run: str, at_ms: int) -> None:
-        fact = Fact(event.kind, event.value, event.detail, event.language)
-        conn.execute(delete(viewer_facts).where(viewer_facts.c.viewer == event.viewer,
-                                                viewer_facts.c.key == fact.key))
-        conn.execute(insert(viewer_facts).values(
-            viewer=event.viewer, key=fact.key, kind=fact.kind, detail=fact.detail, value=fact.value,
-            language=fact.language, said=event.said, source=event.id, danmaku=event.causation or "",
-            run=run, at_ms=at_ms))
+    def _apply_batch(self, conn: Connection, rows: list[Any], progress: Progress) -> list[Any]:
+        """Apply a batch's events, in order, as a few statements per table (``_Changes``); a
+        ``!forget`` stops the batch there (what is after it was read before their events were
+        blanked: the next batch reads it again).  Returns the rows applied."""
+        decoded: list[tuple[Any, str, int]] = []
+        for n, (_, pos, run, at_ms, body) in enumerate(rows):
+            try:
+                event = codec.decode(bytes(body))
+            except Exception as exc:  # noqa: BLE001 - a row the codec cannot read stops the projection, named
+                raise StoreError(f"the viewers projection cannot read the event at pos {pos}: {exc}") from None
+            decoded.append((event, run, event.at_ms or at_ms))
+            if isinstance(event, ViewerRecalled) and event.forget and remembered(event.viewer) \
+                    and self.mine(event.viewer):
+                rows, progress.more = rows[:n + 1], True
+                break
+        ids = {getattr(e, "viewer", "") for e, _, _ in decoded}
+        changes = _Changes(conn, sorted(v for v in ids if v and remembered(v) and self.mine(v)))
+        for event, run, at_ms in decoded:
+            if isinstance(event, DanmakuReceived):
+                if event.kind != "moderator" and remembered(event.viewer) and self.mine(event.viewer):
+                    changes.seen(event, run, at_ms)
+                    progress.viewers.add(event.viewer)
+            elif isinstance(event, ViewerNoted):
+                if remembered(event.viewer) and self.mine(event.viewer) and changes.exists(event.viewer):
+                    changes.noted(event, run, at_ms)
+                    progress.viewers.add(event.viewer)
+            elif isinstance(event, ViewerRecalled):
+                if event.forget and remembered(event.viewer) and self.mine(event.viewer):
+                    changes.write()
+                    done = forget_in(conn, event.viewer, "chat", at_ms)
+                    progress.messages += done.messages
+                    progress.forgotten += 1
+                    return rows
+            elif (isinstance(event, CueIssued) and event.viewer and remembered(event.viewer)
+                  and self.mine(event.viewer) and event.role and not event.self_driven
+                  and changes.exists(event.viewer)):
+                changes.roles[(event.viewer, event.role)] += 1
+        changes.write()
+        return rows
 
     def _expire(self, conn: Connection, before_ms: int) -> int:
         ids = [v for (v,) in conn.execute(select(viewers.c.id).where(viewers.c.last_seen_at_ms < before_ms))
@@ -340,6 +309,111 @@ class Projector:
         for start in range(0, len(ids), 500):
             delete_viewers(conn, ids[start:start + 500])
         return len(ids)
+
+
+class _Changes:
+    """What a batch of events does to the read model, gathered in order and written at the end
+    in a few statements per table: the same rows as applying the events one by one."""
+
+    def __init__(self, conn: Connection, ids: Sequence[str]) -> None:
+        self.conn = conn
+        self.known: dict[str, dict[str, Any]] = {}   # the viewers' rows as stored, then as changed
+        self.new: set[str] = set()                   # viewers first seen in this batch
+        self.runs: dict[tuple[str, str], list[int]] = {}  # (viewer, run) -> [first_at, comments, stored]
+        self.topics: dict[str, list[dict[str, Any]]] = {}
+        self.facts: dict[tuple[str, str], dict[str, Any]] = {}
+        self.roles: Counter[tuple[str, str]] = Counter()
+        for start in range(0, len(ids), 500):
+            part = ids[start:start + 500]
+            for row in conn.execute(select(viewers).where(viewers.c.id.in_(part))).mappings():
+                self.known[row["id"]] = dict(row)
+            for v, r, first, comments in conn.execute(select(
+                    viewer_runs.c.viewer, viewer_runs.c.run, viewer_runs.c.first_at_ms, viewer_runs.c.comments)
+                    .where(viewer_runs.c.viewer.in_(part))):
+                self.runs[(v, r)] = [first, comments, 1]
+
+    def exists(self, viewer: str) -> bool:
+        return viewer in self.known
+
+    def seen(self, event: DanmakuReceived, run: str, at_ms: int) -> None:
+        viewer, gift = event.viewer, event.kind == "gift"
+        pair = self.runs.get((viewer, run))
+        first_in_run = pair is None
+        if pair is None:
+            self.runs[(viewer, run)] = [at_ms, 1, 0]
+        else:
+            pair[1] += 1
+        name = event.user or viewer
+        row = self.known.get(viewer)
+        if row is None:
+            self.new.add(viewer)
+            self.known[viewer] = {
+                "id": viewer, "platform": event.platform or viewer.partition(":")[0], "name": name,
+                "first_seen_at_ms": at_ms, "last_seen_at_ms": at_ms, "first_run": run, "last_run": run, "shows": 1,
+                "comments": 0 if gift else 1, "gifts": 1 if gift else 0, "gift_value": event.value if gift else 0.0}
+        else:
+            row.update(name=name, last_seen_at_ms=max(row["last_seen_at_ms"], at_ms), last_run=run,
+                       shows=row["shows"] + (1 if first_in_run else 0), comments=row["comments"] + (0 if gift else 1),
+                       gifts=row["gifts"] + (1 if gift else 0),
+                       gift_value=row["gift_value"] + (event.value if gift else 0.0))
+        topic = topic_of(event.text) if not gift else ""
+        if topic:
+            mine = self.topics.setdefault(viewer, [])
+            mine[:] = [t for t in mine if t["danmaku"] != event.id]
+            mine.append({"viewer": viewer, "danmaku": event.id, "topic": topic, "run": run, "at_ms": at_ms})
+
+    def noted(self, event: ViewerNoted, run: str, at_ms: int) -> None:
+        fact = Fact(event.kind, event.value, event.detail, event.language)
+        self.facts[(event.viewer, fact.key)] = {
+            "viewer": event.viewer, "key": fact.key, "kind": fact.kind, "detail": fact.detail, "value": fact.value,
+            "language": fact.language, "said": event.said, "source": event.id, "danmaku": event.causation or "",
+            "run": run, "at_ms": at_ms}
+
+    def write(self) -> None:
+        conn = self.conn
+        fresh = [row for v, row in self.known.items() if v in self.new]
+        if fresh:
+            conn.execute(insert(viewers), fresh)
+        changed = [{**row, "v_id": row["id"]} for v, row in self.known.items() if v not in self.new]
+        if changed:
+            conn.execute(update(viewers).where(viewers.c.id == bindparam("v_id")).values(
+                {c: bindparam(c) for c in ("name", "last_seen_at_ms", "last_run", "shows", "comments", "gifts",
+                                           "gift_value")}), changed)
+        runs_new = [{"viewer": v, "run": r, "first_at_ms": f, "comments": n}
+                    for (v, r), (f, n, stored) in self.runs.items() if not stored]
+        if runs_new:
+            conn.execute(insert(viewer_runs), runs_new)
+        runs_old = [{"v": v, "r": r, "n": n} for (v, r), (_, n, stored) in self.runs.items() if stored]
+        if runs_old:
+            conn.execute(update(viewer_runs).where(viewer_runs.c.viewer == bindparam("v"), viewer_runs.c.run == bindparam("r"))
+                         .values(comments=bindparam("n")), runs_old)
+        self._topics()
+        if self.facts:
+            conn.execute(delete(viewer_facts).where(viewer_facts.c.viewer == bindparam("v"),
+                                                    viewer_facts.c.key == bindparam("k")),
+                         [{"v": v, "k": k} for v, k in self.facts])
+            conn.execute(insert(viewer_facts), list(self.facts.values()))
+        for (viewer, role), n in self.roles.items():
+            _upsert_add(conn, viewer_roles, {"viewer": viewer, "role": role}, "answers", n)
+
+    def _topics(self) -> None:
+        if not self.topics:
+            return
+        conn = self.conn
+        added = [t for ts in self.topics.values() for t in ts]
+        conn.execute(delete(viewer_topics).where(viewer_topics.c.viewer == bindparam("v"),
+                                                 viewer_topics.c.danmaku == bindparam("d")),
+                     [{"v": t["viewer"], "d": t["danmaku"]} for t in added])
+        conn.execute(insert(viewer_topics), added)
+        old = []
+        for viewer in self.topics:
+            kept = conn.execute(select(viewer_topics.c.danmaku).where(viewer_topics.c.viewer == viewer)
+                                .order_by(viewer_topics.c.at_ms.desc(), viewer_topics.c.danmaku.desc())
+                                .offset(TOPICS_KEPT)).all()
+            old += [{"v": viewer, "d": d} for (d,) in kept]
+        if old:
+            conn.execute(delete(viewer_topics).where(viewer_topics.c.viewer == bindparam("v"),
+                                                     viewer_topics.c.danmaku == bindparam("d")), old)
 
 
 def _now_ms() -> int:

@@ -17,7 +17,7 @@ from events.viewer import ViewerNoted, remembered
 from store.database import open_engine
 from store.recorder import EventWriter
 from store.schema import events
-from store.viewers import Projector, listing, profile, snapshot
+from store.viewers import Projector, _Changes, listing, profile, snapshot
 from tests.store.test_contract import recorded
 
 DAY = 86_400_000
@@ -119,20 +119,20 @@ def test_a_failure_in_the_middle_of_a_batch_neither_skips_nor_counts_twice(engin
     with engine.begin() as conn:  # start again from nothing
         for table in ("viewer_roles", "viewer_topics", "viewer_facts", "viewer_runs", "viewers", "projections"):
             conn.exec_driver_sql(f"DELETE FROM {table}")
-    applied = 0
-    real = Projector._apply  # noqa: SLF001 - the failure is put in the middle of a batch
+    written = 0
+    real = _Changes.write
 
-    def dies_at_the_seventh(self, conn, row, progress):  # type: ignore[no-untyped-def]
-        nonlocal applied
-        applied += 1
-        if applied == 7:
-            raise RuntimeError("the process died here")
-        real(self, conn, row, progress)
+    def dies_in_the_second(self):  # type: ignore[no-untyped-def]
+        nonlocal written
+        written += 1
+        real(self)  # the batch's rows are written...
+        if written == 2:
+            raise RuntimeError("the process died here")  # ...and the process dies before its position
 
-    monkeypatch.setattr(Projector, "_apply", dies_at_the_seventh)
+    monkeypatch.setattr(_Changes, "write", dies_in_the_second)
     with pytest.raises(RuntimeError):
         Projector(engine, batch=5).catch_up(now_ms=T0)  # the first batch (5) commits, the second dies
-    monkeypatch.setattr(Projector, "_apply", real)
+    monkeypatch.setattr(_Changes, "write", real)
     assert Projector(engine).position()[2] == 5
     Projector(engine, batch=5).catch_up(now_ms=T0)  # a restart goes on from the first batch's end
     assert snapshot(engine) == clean

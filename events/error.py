@@ -14,6 +14,7 @@ class DeadLettered(Event):
 
     type = "error.dead_lettered"
     blob = "raw"
+    personal = ("raw",)  # the original message: a forgotten viewer's comment, where it was one
     actor: str
     subject: str
     reason: str

@@ -85,10 +85,13 @@ class ViewerRecalled(Event):
 
 
 def redact(event: Event) -> Event:
-    """The event with its personal fields (``Event.personal``) blanked: strings emptied, tuples
+    """The event with its personal fields (``Event.personal``) blanked: strings, bytes and tuples
     emptied; everything else (ids, causation, times, the audio) kept, so the store's structure
     and the causal chains stay whole.  ``troupe viewers forget`` writes this in place of each
     event of a forgotten viewer's chains."""
-    blank = {name: "" if isinstance(getattr(event, name), str) else () for name in event.personal
-             if getattr(event, name) not in ("", ())}
+    blank: dict[str, object] = {}
+    for name in event.personal:
+        value = getattr(event, name)
+        if value not in ("", b"", ()):
+            blank[name] = "" if isinstance(value, str) else b"" if isinstance(value, bytes) else ()
     return dataclasses.replace(event, **blank) if blank else event  # type: ignore[arg-type]

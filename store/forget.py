@@ -116,7 +116,8 @@ def sweep(conn: Connection, now_ms: int | None = None) -> list[tuple[str, int]]:
     open_runs = select(runs.c.id).where(or_(runs.c.ended_at_ms.is_(None), runs.c.ended_at_ms > since))
     rows = conn.execute(select(events.c.pos, events.c.type, events.c.stream_seq, events.c.body,
                                redaction_chains.c.redaction)
-                        .join(redaction_chains, redaction_chains.c.correlation == events.c.correlation)
+                        .join(redaction_chains, or_(redaction_chains.c.correlation == events.c.correlation,
+                                             redaction_chains.c.correlation == events.c.causation))
                         .where(redaction_chains.c.run.in_(open_runs), events.c.redaction.is_(None),
                                events.c.type.in_(personal_types()))).all()
     done = Forgotten("")
@@ -163,7 +164,7 @@ def _chain_known(conn: Connection, correlation: str) -> bool:
 def _blank(conn: Connection, ids: Sequence[str], done: Forgotten) -> None:
     rows = conn.execute(select(events.c.pos, events.c.type, events.c.stream_seq, events.c.body).where(
         events.c.redaction.is_(None), events.c.type.in_(personal_types()),
-        or_(events.c.correlation.in_(ids), events.c.id.in_(ids)))).all()
+        or_(events.c.correlation.in_(ids), events.c.id.in_(ids), events.c.causation.in_(ids)))).all()
     for pos, type_, stream_seq, body in rows:
         _rewrite(conn, pos, type_, stream_seq, body, done.redaction, done)
 

@@ -176,8 +176,10 @@ async def test_a_viewer_forgotten_from_the_chat_and_from_the_command_leaves_noth
         assert code == 0
         said = capsys.readouterr().out
         assert "forgot twitch:7781" in said and "JetStream messages erased" in said, said
-        dump, streamed = everything(engine), await _streamed_text(stage.js)
-        assert not any(s.encode() in dump or s.encode() in streamed for s in carol)
+        messages: list[str] = []
+        dump, streamed = everything(engine), await _streamed_text(stage.js, messages)
+        assert not any(s.encode() in dump or s.encode() in streamed for s in carol), (
+            _found(engine, carol), [m for m in messages if any(s in m for s in carol)][:5])
         assert b"Oslo" in dump and b"Oslo" in streamed
         assert profile(engine, "twitch:9901") is not None
         # Nothing to erase twice; a bad id is one line and exit 2.

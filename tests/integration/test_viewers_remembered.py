@@ -133,8 +133,9 @@ async def test_a_viewer_forgotten_from_the_chat_and_from_the_command_leaves_noth
     async with Stage(settings) as stage:
         engine = stage.engine
         await _show_with_chat(stage, settings, first, 8.0, [
-            ("zoe_k", "twitch:4243", f"hi @{host}, I'm from Reykjavik!"), ("carol", "twitch:7781", f"@{host} I'm from Lyon"),
-            ("dave", "twitch:9901", f"@{host} I'm from Oslo")])
+            ("zoe_k", "twitch:4243", f"hi @{host}, I'm from Reykjavik!"), ("carol", "twitch:7781", f"@{host} I'm from Lyon, where the rain never stops"),
+            # (unlike the others': a near-duplicate would wait with one of them and share its reply)
+            ("dave", "twitch:9901", f"@{host} my dog says hi from Oslo, what games are you playing tonight?")])
         await wait_for(lambda: all(profile(engine, v) is not None for v in ("twitch:4243", "twitch:7781")), 20,
                        "the projection to remember alice and carol")
         text = await _streamed_text(stage.js)

@@ -338,6 +338,7 @@ def main() -> None:
     parser.add_argument("--writer", default="scripted", choices=("scripted", "llama_cpp"))
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--no-shows", action="store_true", help="skip the real shows (3 and 4)")
+    parser.add_argument("--shows-only", action="store_true", help="only the real shows (a model writer's run)")
     args = parser.parse_args()
 
     doc: dict[str, Any] = {"machine": machine(), "events": args.events, "repeats": args.repeats}
@@ -345,16 +346,17 @@ def main() -> None:
     if not args.no_postgres and _pg_database() is not None:
         backends["postgresql"] = _pg_database
     rows = []
-    for name, fresh in backends.items():
+    for name, fresh in ({} if args.shows_only else backends).items():
         ratio = against_ingest(fresh, args.events, args.repeats)
         caught = catch_up(fresh, args.catch_up)
         worker = worker_time(fresh)
         doc[name] = {"against_ingest": ratio, "catch_up": caught, "worker": worker}
         rows.append((name, ratio["ingest_eps"], ratio["projection_eps"], ratio["ratio"], caught["events"],
                      caught["seconds"], worker["p50_ms"], worker["p99_ms"]))
-    print_table("The projection against the recorder (store events per second; medians)",
-                ("store", "ingest ev/s", "projection ev/s", "ratio", "catch-up events", "catch-up s",
-                 "worker p50 ms", "worker p99 ms"), rows)
+    if rows:
+        print_table("The projection against the recorder (store events per second; medians)",
+                    ("store", "ingest ev/s", "projection ev/s", "ratio", "catch-up events", "catch-up s",
+                     "worker p50 ms", "worker p99 ms"), rows)
     if not args.no_shows:
         shows = asyncio.run(two_shows(args.viewers, args.writer, args.spacing))
         doc["two_shows"] = shows

@@ -463,7 +463,10 @@ class ScriptedLLM(ReplyWriter):
             "n": str(max(2, min(prompt.merged, _MAX_MERGED))),
         }
 
+        # The welcome back and the fact said as one piece: a reply the pace cuts to one sentence
+        # still greets the viewer back and asks about what they told the stage.
         memory = _memory(lang, prompt, user, f"{seed}:{persona.role}:{prompt.cue_id}:memory")
+        memory = (("" if lang == "zh" else " ").join(memory),) if memory else ()
         template = rng.choice(pack.themes[theme])
         if prompt.gift and prompt.regular:  # a regular's gift is thanked as one
             template = random.Random(f"{seed}:{persona.role}:{prompt.cue_id}:regular").choice(_REGULAR_GIFT[lang])

@@ -401,3 +401,20 @@ def test_a_batch_gives_each_prompt_its_own_reply() -> None:
     llm = ScriptedLLM(7)
     prompts = [Prompt(f"c{i}", "alice", COMMENTS[i % len(COMMENTS)]) for i in range(6)]
     assert [list(s) for s in llm.write_batch(EN, prompts)] == [list(llm.stream(EN, p)) for p in prompts]
+
+
+@pytest.mark.parametrize(("persona", "fact", "said"), [
+    (EN, "home||Berlin", "Berlin"), (EN, "pet|cat|Miso", "Miso"), (ZH, "home||北京", "北京"), (ZH, "learning||日语", "日语")])
+def test_a_returning_viewer_is_greeted_back_and_asked_about_their_fact_in_the_first_sentence(
+        persona: Persona, fact: str, said: str) -> None:
+    prompt = Prompt(cue_id="c1", user="alice", text="any tips for the weather where I live?", seed=3,
+                    returning=True, regular=True, facts=(fact,), bears=1, max_sentences=1)
+    first = next(iter(ScriptedLLM().stream(persona, prompt)))
+    # A reply the pace cuts to one sentence still says both (they are one piece).
+    assert "alice" in str(first) and said in str(first), str(first)
+
+
+def test_a_regulars_gift_is_thanked_as_a_regulars() -> None:
+    prompt = Prompt(cue_id="c2", user="alice", text="have some flowers", seed=3, gift=True, regular=True)
+    text = " ".join(str(s) for s in ScriptedLLM().stream(EN, prompt))
+    assert "alice" in text and ("regular" in text or "every show" in text), text

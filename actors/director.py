@@ -464,8 +464,9 @@ class Director(ClockedActor):
     def _class(self, state: _RunState, event: DanmakuReceived) -> int:
         if event.kind == "moderator":
             return MODERATOR
-        if event.kind == "gift":
-            return GIFT
+        if event.kind == "gift" or (state.settings.memory == "on" and remembered(event.viewer)
+                                    and asks_to_forget(event.text)):
+            return GIFT  # (a viewer's !forget is answered as soon as a gift: it is short, and theirs)
         return COMMENT if self._addressee(state, event) is None else ADDRESSED
 
     def _outcomes(self, state: _RunState, decisions: list[Decision]) -> list[Event]:

@@ -47,6 +47,7 @@ class UtteranceDropped(Event):
     """A reply (or its rest) was dropped on purpose, with the reason."""
 
     type = "utterance.dropped"
+    personal = ("reason",)  # may name the viewer whose comment dropped it ("superseded: alice wrote again")
     # Not an outcome of its cause: a comment that superseded a reply, or made room before one,
     # has its own answer still to come (a takeover publishes it where the last holder died first).
     answers = False

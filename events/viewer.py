@@ -63,7 +63,7 @@ class ViewerRecalled(Event):
     recall then carries nothing of them)."""
 
     type = "danmaku.recalled"
-    personal = ("viewer", "facts", "topics")
+    personal = ("viewer", "facts", "bears", "topics")
     viewer: str
     danmaku: str
     known: bool = False

@@ -143,11 +143,18 @@ async def test_a_viewer_forgotten_from_the_chat_and_from_the_command_leaves_noth
         assert all(s.encode() in text for s in (*alice, *carol)), "the streams carry what they said"
 
         # Alice asks from the chat, in the second show: answered on stage, then forgotten.
-        await _show_with_chat(stage, settings, second, 7.0, [("zoe_k", "twitch:4243", "!forget")])
-        [recall] = stored(engine, second, ViewerRecalled)
-        assert recall.forget
-        [cue] = [c for c in stored(engine, second, CueIssued) if c.correlation == recall.danmaku]
-        assert cue.verbatim and not cue.viewer and cue.role == host
+        await _show_with_chat(stage, settings, second, 16.0, [
+            ("zoe_k", "twitch:4243", f"@{host} is it cold where I live today?"),  # recalled: it bears on Reykjavik
+            ("zoe_k", "twitch:4243", "!forget")])  # answered as soon as a gift, though the stage is busy
+        recalls = stored(engine, second, ViewerRecalled)
+        assert [r.forget for r in recalls] == [False, True]
+        recall = recalls[1]
+        with engine.connect() as conn:
+            chain = conn.execute(select(events.c.type, events.c.body).where(events.c.correlation == recall.danmaku)).all()
+        cues = [c for c in stored(engine, second, CueIssued) if c.correlation == recall.danmaku]
+        assert len(cues) == 1, chain
+        [cue] = cues
+        assert cue.verbatim and not cue.viewer and cue.role  # (whichever role is free)
         assert any(c.utterance == cue.id for c in stored(engine, second, UtteranceChunk))  # spoken
 
         def store_clean() -> bool:

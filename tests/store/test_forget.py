@@ -38,7 +38,8 @@ def a_viewer_and_another() -> list[Event]:
     done = UtteranceCompleted(id=c1.derive("done"), run="s1", role="host", causation=c1.id, correlation=d1.id,
                               at_ms=T0, utterance=c1.id, text=reply.text, chunks=1, backend="scripted")
     recall = ViewerRecalled(id=d1.derive("recalled"), run="s1", causation=d1.id, correlation=d1.id, at_ms=T0,
-                            viewer=d1.viewer, danmaku=d1.id, facts=("home||Berlin",))
+                            viewer=d1.viewer, danmaku=d1.id, facts=("home||Berlin", "pet|cat|Miso"),
+                            bears=("home||Berlin",), topics=("berlin",))
     bob = said("s1", 2, "I'm from Oslo, my dog is called Rex", viewer="twitch:7", user="bob")
     return [started("s1"), d1, recall, noted(d1, "home", "Berlin"), noted(d1, "pet", "Miso", "cat"), c1, reply, audio,
             done, bob, noted(bob, "home", "Oslo"), cue(bob, "guest")]

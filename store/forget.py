@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -121,6 +121,7 @@ def sweep(conn: Connection, now_ms: int | None = None) -> list[tuple[str, int]]:
                         .where(redaction_chains.c.run.in_(open_runs), events.c.redaction.is_(None),
                                events.c.type.in_(personal_types()))).all()
     done = Forgotten("")
+    rows = list({r[0]: r for r in reversed(rows)}.values())  # once each, where it is in two chains
     for pos, type_, stream_seq, body, redaction in rows:
         _rewrite(conn, pos, type_, stream_seq, body, redaction, done)
     if rows:
@@ -128,13 +129,6 @@ def sweep(conn: Connection, now_ms: int | None = None) -> list[tuple[str, int]]:
             conn.execute(update(redactions).where(redactions.c.id == redaction).values(
                 events=redactions.c.events + sum(1 for r in rows if r[4] == redaction)))
     return done.messages
-
-
-def count_messages(engine: Engine, redaction: str, deleted: int) -> None:
-    """Record how many JetStream messages a redaction deleted."""
-    with engine.begin() as conn:
-        conn.execute(update(redactions).where(redactions.c.id == redaction).values(
-            messages=redactions.c.messages + deleted))
 
 
 def lock_projections(conn: Connection) -> None:
@@ -191,13 +185,6 @@ def redacted_ids(engine: Engine, run: str) -> set[str]:
     with engine.connect() as conn:
         return {i for (i,) in conn.execute(select(events.c.id).where(events.c.run == run,
                                                                      events.c.redaction.is_not(None)))}
-
-
-def streams_of(messages: Iterable[tuple[str, int]]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for stream, seq in messages:
-        out.setdefault(stream, []).append(seq)
-    return out
 
 
 def _now_ms() -> int:

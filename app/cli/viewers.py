@@ -34,7 +34,7 @@ def _options(parser: argparse.ArgumentParser) -> None:
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     show = actions.add_parser("show", help="one viewer's profile, with the comment each fact came from")
     show.add_argument("viewer", help="the viewer's id, e.g. twitch:12345 (troupe viewers lists them)")
-    show.add_argument("--json", action="store_true", help="as JSON")
+    show.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="as JSON")
     for name, what in (("rebuild", "empty the read model and project it again from the whole store"),
                        ("follow", "keep the read model up with the store until stopped (troupe up runs one)")):
         action = actions.add_parser(name, help=what)
@@ -46,7 +46,7 @@ def _options(parser: argparse.ArgumentParser) -> None:
     forget.add_argument("--store-only", action="store_true",
                         help="erase from the store only, with no NATS to reach (the streams keep their "
                              "messages until these age out)")
-    forget.add_argument("--json", action="store_true", help="as JSON")
+    forget.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="as JSON")
     for action in actions.choices.values():  # --nats, --store, --state-dir after the action too
         global_options(action, suppress=True)
     follow = actions.choices["follow"]

@@ -65,8 +65,10 @@ async def test_a_slow_renderer_steps_the_resolution_down_and_back_up(nats_server
         await wait_for(lambda: any(s.renderer is not None for s in drawing.kernel.states.values()),
                        what="the renderer on stage")
 
-        async def downgraded() -> bool:
-            info = await stage.js.stream_info(stream_name("qos"), subjects_filter="troupe.*.qos.resolution_changed")
+        run = next(iter(drawing.kernel.runs.values())).run
+
+        async def downgraded() -> bool:  # this run's (the server is the session's: other tests' runs change too)
+            info = await stage.js.stream_info(stream_name("qos"), subjects_filter=f"troupe.{run}.qos.resolution_changed")
             return bool(info.state.subjects)
 
         await wait_for(downgraded, timeout_s=20, what="a resolution change")

@@ -464,8 +464,7 @@ class Director(ClockedActor):
     def _class(self, state: _RunState, event: DanmakuReceived) -> int:
         if event.kind == "moderator":
             return MODERATOR
-        if event.kind == "gift" or (state.settings.memory == "on" and remembered(event.viewer)
-                                    and asks_to_forget(event.text)):
+        if event.kind == "gift" or _forgets(state, event):
             return GIFT  # (a viewer's !forget is answered as soon as a gift: it is short, and theirs)
         return COMMENT if self._addressee(state, event) is None else ADDRESSED
 
@@ -504,7 +503,7 @@ class Director(ClockedActor):
             gift=event.kind == "gift", begins_ms=state.plan.begins(cue_id), viewer=event.viewer,
             **_remembered(state, event, waiting.recall),
         )
-        if state.settings.memory == "on" and remembered(event.viewer) and asks_to_forget(event.text):
+        if _forgets(state, event):
             # A viewer's !forget: said done, word for word, with nothing of them (the projector
             # forgets them at its recall; this reply is blanked with the rest of their chains).
             cue = dataclasses.replace(cue, text=forgotten_line(event.text), verbatim=True, viewer="",
@@ -634,6 +633,12 @@ def _keyword_role(state: _RunState, event: DanmakuReceived) -> str | None:
     scores = {r.id: sum(1 for k in r.keywords if _mentions(k.casefold(), folded, words)) for r in show.roles}
     best = max(scores.values())
     return next(r.id for r in show.roles if scores[r.id] == best) if best > 0 else None
+
+
+def _forgets(state: _RunState, event: DanmakuReceived) -> bool:
+    """A viewer the stage remembers asks to be forgotten (``!forget``): answered as soon as a gift,
+    word for word and without their name."""
+    return state.settings.memory == "on" and remembered(event.viewer) and asks_to_forget(event.text)
 
 
 def _recall_due(state: _RunState) -> int | None:

@@ -69,6 +69,8 @@ class MemoryActor(Actor):
         if not _asks(event, ctx.settings):
             return None
         assert isinstance(event, DanmakuReceived)
+        if asks_to_forget(event.text):  # nothing is recalled for a !forget: no read
+            return None
         try:
             return Looked(profile(self._engine(), event.viewer))
         except Exception as exc:  # noqa: BLE001 - the store away: the comment goes on, said so

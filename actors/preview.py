@@ -38,6 +38,7 @@ from events.role import RoleDeclared, RoleWeightsChanged
 from events.run import RunEnded, RunStarted
 from events.show import show_from_dict
 from events.utterance import UtteranceChunk, UtteranceCompleted, UtteranceDropped
+from events.viewer import fact_parts
 from events.viseme import VisemeCut, VisemeTrack
 from infra.settings import Settings
 from schedulers.memory import asks_to_forget
@@ -382,8 +383,7 @@ class Boards:
 
 def _fact_shown(line: str) -> str:
     """A recalled fact ("home||Berlin", "pet|cat|Miso") as the feed shows it: "home: Berlin"."""
-    kind, _, rest = line.partition("|")
-    detail, _, value = rest.partition("|")
+    kind, detail, value = fact_parts(line)
     return f"{detail or kind}: {value}" if value else ""
 
 

@@ -29,6 +29,7 @@ from actors.backends.replies import (
     TOPIC_WORDS,
     ZH_STOPWORDS,
 )
+from events.viewer import fact_parts
 
 __all__ = ["MAX_NAME_CHARS", "MAX_SENTENCES", "MAX_TOPIC_CHARS", "ScriptedLLM"]
 
@@ -354,8 +355,7 @@ def _memory(lang: str, prompt: Prompt, user: str, seed: str) -> tuple[str, ...]:
     if prompt.returning and not prompt.gift:
         out.append(rng.choice(_WELCOME[lang]).replace("{user}", user))
     if prompt.facts and (prompt.bears or prompt.returning) and not prompt.gift:
-        kind, _, rest = prompt.facts[0].partition("|")
-        detail, _, value = rest.partition("|")
+        kind, detail, value = fact_parts(prompt.facts[0])
         value = _clean(value, MAX_TOPIC_CHARS * 2)
         lines = _RECALL[lang].get(kind)
         if lines and value and _fits(lang, value.replace(" ", "") if lang == "zh" else value) \

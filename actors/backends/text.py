@@ -24,6 +24,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from difflib import SequenceMatcher
 
 from actors.backends.protocols import Persona, Prompt, ReplyWriter, Sentence, WriterInterrupted
+from events.viewer import fact_parts
 
 # A sentence ends at . ! ? (or their full-width forms) and the space after them.
 _END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])[”」』）)]*\s*(?=\S)")
@@ -140,8 +141,7 @@ _FACT_WORDS = {"home": "is from", "learning": "is learning", "job": "works as", 
 
 def fact_phrase(line: str) -> str:
     """A remembered fact (``kind|detail|value``) as words: "is from Berlin", "has a cat called Miso"."""
-    kind, _, rest = line.partition("|")
-    detail, _, value = rest.partition("|")
+    kind, detail, value = fact_parts(line)
     if kind == "pet":
         return f"has a {detail or 'pet'} called {value}"
     if kind == "favourite":

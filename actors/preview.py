@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from actors.backends.protocols import fact_parts
 from actors.base import Actor, Context
 from actors.sink import SAMPLE_RATE, as_rate
 from events.audio import AudioChunk
@@ -38,7 +39,6 @@ from events.role import RoleDeclared, RoleWeightsChanged
 from events.run import RunEnded, RunStarted
 from events.show import show_from_dict
 from events.utterance import UtteranceChunk, UtteranceCompleted, UtteranceDropped
-from events.viewer import fact_parts
 from events.viseme import VisemeCut, VisemeTrack
 from infra.settings import Settings
 from schedulers.memory import asks_to_forget

@@ -84,15 +84,6 @@ class ViewerRecalled(Event):
 
 
 
-def fact_parts(line: str) -> tuple[str, str, str]:
-    """A remembered fact as a recall and a cue carry it, ``kind|detail|value`` (``home||Berlin``,
-    ``pet|cat|Miso``; a value may hold ``|``), as (kind, detail, value).  (``schedulers.memory.Fact``
-    reads the same line: schedulers import nothing of the project.)"""
-    kind, _, rest = line.partition("|")
-    detail, _, value = rest.partition("|")
-    return kind, detail, value
-
-
 def redact(event: Event) -> Event:
     """The event with its personal fields (``Event.personal``) blanked: strings, bytes and tuples
     emptied; everything else (ids, causation, times, the audio) kept, so the store's structure

@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Final
 
 from actors.backends.own_lines import OwnLine, own_line
-from actors.backends.protocols import Persona, Prompt, ReplyWriter, Sentence
+from actors.backends.protocols import Persona, Prompt, ReplyWriter, Sentence, fact_parts
 from actors.backends.replies import (
     COMPLIMENT_WORDS,
     EN_STOPWORDS,
@@ -29,7 +29,6 @@ from actors.backends.replies import (
     TOPIC_WORDS,
     ZH_STOPWORDS,
 )
-from events.viewer import fact_parts
 
 __all__ = ["MAX_NAME_CHARS", "MAX_SENTENCES", "MAX_TOPIC_CHARS", "ScriptedLLM"]
 

@@ -114,6 +114,15 @@ class Prompt:
     bears: int = 0
 
 
+def fact_parts(line: str) -> tuple[str, str, str]:
+    """A remembered fact as ``Prompt.facts`` (and a recall, and a cue) carry it, ``kind|detail|value``
+    (``home||Berlin``, ``pet|cat|Miso``; a value may hold ``|``), as (kind, detail, value).
+    (``schedulers.memory.Fact`` reads the same line: schedulers import nothing of the project.)"""
+    kind, _, rest = line.partition("|")
+    detail, _, value = rest.partition("|")
+    return kind, detail, value
+
+
 class Sentence(str):
     """A sentence of a reply that also says whether the reply ends with it.
 

@@ -23,8 +23,14 @@ import threading
 from collections.abc import Generator, Iterable, Iterator, Sequence
 from difflib import SequenceMatcher
 
-from actors.backends.protocols import Persona, Prompt, ReplyWriter, Sentence, WriterInterrupted
-from events.viewer import fact_parts
+from actors.backends.protocols import (
+    Persona,
+    Prompt,
+    ReplyWriter,
+    Sentence,
+    WriterInterrupted,
+    fact_parts,
+)
 
 # A sentence ends at . ! ? (or their full-width forms) and the space after them.
 _END = re.compile(r"(?<=[.!?])[\"')\]]*\s+|(?<=[。！？])[”」』）)]*\s*(?=\S)")

@@ -111,6 +111,9 @@ class ActorRuntime:
         self._subs: list[Any] = []
         self._tick_wakeup = asyncio.Event()
         self._storing: set[asyncio.Task[None]] = set()  # ticks' outputs being seen stored
+        # Runs whose start is being taken in (built ahead first: a renderer's sprites, a few hundred
+        # ms): their other inputs, fetched meanwhile by the other families' loops, wait for it.
+        self._starting: dict[str, asyncio.Event] = {}
         # One worker thread: an actor's blocking code never runs beside itself.
         self._executor = concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix=f"troupe-{actor.name}", initializer=lower_priority, initargs=(actor.nice,))
@@ -501,28 +504,55 @@ class ActorRuntime:
         for d in deliveries:
             if d.event is not None:
                 self.kernel.notice(d.event)
-        for d in deliveries:
-            # Whether a run is joined is decided as its start arrives: a run that ends while the
-            # actor gets ready for it (a renderer building its sprites) is still its own.
-            if isinstance(d.event, RunStarted):
-                d.joins = await self.view.joins(d.event, self._started_ms)
-        if type(self.actor).prepare is not Actor.prepare:  # side by side: shows starting together
-            await asyncio.gather(*(asyncio.to_thread(self._prepare, d.event) for d in deliveries
-                                   if d.event is not None and d.joins is not False))
-        async with self._lock:
-            for d, error in zip(deliveries, errors, strict=True):
-                if error is not None:
-                    await self._undecodable(d, spec, error)
-            batch = [d for d in deliveries if d.error is None and d.event is not None]
-            if batch and isinstance(self.actor, BatchActor):
-                await self._consume_batch(self.actor, batch, spec)
-            else:
-                for d in batch:
-                    await self._take(d)
+        starting = self._starts_of(deliveries)
+        try:
             for d in deliveries:
-                if d.outputs and not d.queued:
-                    d.futures += await self._publish(d.outputs)
+                # Whether a run is joined is decided as its start arrives: a run that ends while the
+                # actor gets ready for it (a renderer building its sprites) is still its own.
+                if isinstance(d.event, RunStarted):
+                    d.joins = await self.view.joins(d.event, self._started_ms)
+            if type(self.actor).prepare is not Actor.prepare:  # side by side: shows starting together
+                await asyncio.gather(*(asyncio.to_thread(self._prepare, d.event) for d in deliveries
+                                       if d.event is not None and d.joins is not False))
+            await self._after_starts(deliveries, starting)
+            async with self._lock:
+                for d, error in zip(deliveries, errors, strict=True):
+                    if error is not None:
+                        await self._undecodable(d, spec, error)
+                batch = [d for d in deliveries if d.error is None and d.event is not None]
+                if batch and isinstance(self.actor, BatchActor):
+                    await self._consume_batch(self.actor, batch, spec)
+                else:
+                    for d in batch:
+                        await self._take(d)
+                for d in deliveries:
+                    if d.outputs and not d.queued:
+                        d.futures += await self._publish(d.outputs)
+        finally:
+            for run_id in starting:
+                self._starting.pop(run_id).set()
         await self._complete([d for d in deliveries if not d.queued])
+
+    def _starts_of(self, deliveries: list[Delivery]) -> list[str]:
+        """The runs whose start these deliveries bring and the kernel does not hold yet, now
+        marked as starting (``_after_starts``)."""
+        runs = []
+        for d in deliveries:
+            run_id = d.event.run if isinstance(d.event, RunStarted) else None
+            if run_id is not None and run_id not in self._starting and not self.kernel.holds(run_id):
+                self._starting[run_id] = asyncio.Event()
+                runs.append(run_id)
+        return runs
+
+    async def _after_starts(self, deliveries: list[Delivery], own: list[str]) -> None:
+        """Wait until the runs these inputs belong to are no longer starting: an input taken in
+        while its run's start was built ahead found the run not held, and the actor let it go (the
+        renderer drew the show's first line without its lips moving), while re-execution, which
+        feeds a run's start first, drew them: the live show and its replay differed."""
+        waits = {self._starting[d.event.run] for d in deliveries
+                 if d.event is not None and d.event.run in self._starting and d.event.run not in own}
+        if waits:
+            await asyncio.gather(*(w.wait() for w in waits))
 
     def _prepare(self, event: Event) -> None:
         if event.id in self.kernel.prepared:  # built ahead already (a spare)

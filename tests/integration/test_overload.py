@@ -9,7 +9,7 @@ import pytest
 
 from app.shows import load_show
 from app.summary import summarise
-from app.supervisor import Stage, run_show
+from app.supervisor import Stage, new_run_id, run_show
 from events.audio import AudioChunk
 from events.qos import FramesObserved
 from events.show import RESOLUTIONS, show_from_dict
@@ -58,21 +58,22 @@ async def test_a_slow_renderer_steps_the_resolution_down_and_back_up(nats_server
         metrics_port=-1, resolution="720p", slow_render_ms=50, video_preset="ultrafast",
     )
     async with Stage(settings) as stage:
-        show = asyncio.create_task(run_show(stage, chatty_show(), DURATION_S))
+        # This run's id, not the first the renderer holds: on the session's server a standby
+        # renderer takes over another test's show still on air when it starts.
+        run = new_run_id()
+        show = asyncio.create_task(run_show(stage, chatty_show(), DURATION_S, run_id=run))
         await wait_for(lambda: any(rt.actor.name == "render" for rt in stage.runtimes), what="render started")
         drawing = next(rt for rt in stage.runtimes if rt.actor.name == "render")
         render = drawing.actor
-        await wait_for(lambda: any(s.renderer is not None for s in drawing.kernel.states.values()),
+        await wait_for(lambda: getattr(drawing.kernel.states.get(run), "renderer", None) is not None,
                        what="the renderer on stage")
-
-        run = next(iter(drawing.kernel.runs.values())).run
 
         async def downgraded() -> bool:  # this run's (the server is the session's: other tests' runs change too)
             info = await stage.js.stream_info(stream_name("qos"), subjects_filter=f"troupe.{run}.qos.resolution_changed")
             return bool(info.state.subjects)
 
         await wait_for(downgraded, timeout_s=20, what="a resolution change")
-        started = next(iter(drawing.kernel.runs.values())).started_at_ms
+        started = drawing.kernel.runs[run].started_at_ms
         await wait_for(lambda: _show_s(started) >= SLOW_UNTIL_S, timeout_s=20, what="the slow period to end")
         render.slow_render_ms = 0  # type: ignore[attr-defined]  # the fault is gone
         result = await show

@@ -22,7 +22,7 @@ from events.base import Event
 from events.cue import CueIssued
 from events.danmaku import DanmakuReceived
 from events.error import DeadLettered
-from events.run import RunStarted
+from events.run import RunEnded, RunStarted
 from events.subjects import stream_name, subject_for
 from infra.bus import ConsumerSpec, connect, provision_consumers, provision_streams
 from infra.metrics import Metrics
@@ -282,3 +282,52 @@ async def test_ticks_go_on_while_their_outputs_wait_to_be_stored(tmp_path: Path,
 
 async def _at_least(value: Any, expected: int) -> bool:
     return (await value) >= expected
+
+
+async def test_an_input_fetched_while_its_runs_start_is_built_waits_for_the_start(
+        js: JetStreamContext, settings: Settings) -> None:
+    """A run's start is built ahead (``Actor.prepare``: a renderer's sprites) before it is taken
+    in; an input of that run fetched meanwhile by another family's loop waits for the start and
+    is then handled in the run (it was let go, the run not held yet: the renderer drew the show's
+    first line without its lips moving, and its re-execution, which feeds the start first, did)."""
+    run_id = f"rt-starting-{time.time_ns()}"
+    release = threading.Event()
+
+    class Builder(Actor):
+        name = f"builder{next(_ids)}"
+        consumes = (RunStarted, DanmakuReceived)
+        emits = (CueIssued,)
+        blocking = True
+
+        def prepare(self, event: Event, ctx: Context) -> Any:
+            if event.run == run_id:
+                assert release.wait(30), "the test never let the start be built"
+            return "built"
+
+        def open_run(self, run: RunStarted, settings: Settings) -> list[str]:
+            return []
+
+        def handle(self, event: Event, ctx: Context) -> Sequence[Event]:
+            if ctx.state is None or not isinstance(event, DanmakuReceived):  # a run not held: let go
+                return ()
+            return [CueIssued(id=event.derive("cue"), run=event.run, role="host", causation=event.id,
+                              correlation=event.id, seq=0, user=event.user, text=event.text,
+                              danmaku=(event.id,), routed_by="test")]
+
+    show = load_show()
+    run = RunStarted(id=f"{run_id}-start", run=run_id, show=show.to_dict(), seed=0, fps=25, resolution="360p",
+                     started_at_ms=int(time.time() * 1000), config={}, duration_ms=60_000)
+    actor = Builder()
+    async with ActorRuntime(actor, js, settings, Metrics()):
+        await js.publish(subject_for(run), codec.encode(run), headers={"Nats-Msg-Id": run.id})
+        await publish_danmaku(js, run_id, ["hello while you build"])
+
+        async def fetched() -> bool:  # the danmaku's loop has it (and, without the wait, had let it go)
+            info = await js.consumer_info(stream_name("danmaku"), f"{actor.name}_danmaku")
+            return info.delivered.stream_seq > 0 and info.num_pending == 0
+        await wait_for(fetched, what="the danmaku fetched while the start is built")
+        release.set()
+        await wait_for(lambda: _eq(count(js, "cue", run_id), 1), what="the danmaku handled in its run")
+        # Over: the session's server is shared, and a renderer started by a later test joins a live run.
+        ended = RunEnded(id=f"{run_id}-end", run=run_id, reason="test over", duration_ms=0)
+        await js.publish(subject_for(ended), codec.encode(ended), headers={"Nats-Msg-Id": ended.id})

@@ -268,8 +268,11 @@ class Director(ClockedActor):
             out += self._take(state, event, ctx.now_ms)
         elif isinstance(event, ViewerRecalled):
             waiting = state.recalling.pop(event.danmaku, None)
+            joins = state.waiting.get(event.danmaku)
             if waiting is not None:
                 out += self._take_in(state, waiting[0], ctx.now_ms, event)
+            elif joins is not None and joins.recall is None:  # taken in while the floor was busy: it joins
+                joins.recall = event
             else:  # handed over before its comment (re-execution, a takeover), or late: kept a while
                 state.early[event.danmaku] = event
                 while len(state.early) > EARLY_RECALLS:
@@ -342,16 +345,28 @@ class Director(ClockedActor):
         if state.settings.memory == "on" and event.kind != "moderator" and remembered(event.viewer) \
                 and state.settings.recall_wait_ms > 0:
             # What the stage remembers of the viewer comes as danmaku.recalled, within a few ms:
-            # the comment is taken in then, or at its wait limit without.  The limit counts from
+            # the comment is taken in then, or at its wait limit without; or at once where it
+            # waits for the floor past that limit anyway, its recall joining it.  The limit counts from
             # when the comment was sent (not when it was handled: re-execution hands a comment
             # that caused nothing yet over at about, not exactly, that time).
             recall = state.early.pop(event.id, None)
             sent = min(now, event.at_ms - state.run.started_at_ms if event.at_ms else event.t_ms)
-            if recall is None and sent + state.settings.recall_wait_ms > now:
-                state.recalling[event.id] = (event, sent + state.settings.recall_wait_ms)
+            until = sent + state.settings.recall_wait_ms
+            if recall is None and until > now and not self._decided_after(state, event, until):
+                state.recalling[event.id] = (event, until)
                 return []
             return self._take_in(state, event, now, recall)
         return self._take_in(state, event, now)
+
+    @staticmethod
+    def _decided_after(state: _RunState, event: DanmakuReceived, until: int) -> bool:
+        """Whether a comment cannot go on deck before its recall's wait ends anyway: a plain comment
+        (neither a gift nor a !forget, which go at once) while the floor is taken until then, and
+        the regulars not ranked first (a rank the recall decides).  Such a comment is taken in at
+        once, and its recall joins it while it waits: the recall adds nothing to its cue's way."""
+        plan = state.plan
+        return (event.kind == "comment" and not _forgets(state, event) and state.settings.regulars_first != "on"
+                and plan.floor_free_ms - plan.policy.ahead_ms >= until)
 
     def _take_in(self, state: _RunState, event: DanmakuReceived, now: int,
                  recall: ViewerRecalled | None = None) -> list[Event]:

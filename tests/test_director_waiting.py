@@ -18,6 +18,7 @@ from events.base import Event, derive_id
 from events.cue import CueIssued, CueMerged
 from events.danmaku import DanmakuReceived, DanmakuSkipped, DanmakuWaiting
 from events.subjects import subject_for
+from events.viewer import ViewerRecalled
 from infra.settings import Settings, load_settings
 from store.database import open_engine
 from store.recorder import EventWriter, Recorded
@@ -187,3 +188,28 @@ def test_re_execution_checks_the_waiting_events_and_each_danmaku_keeps_one_outco
     assert "waited from 3100 ms" in text and "joined d2" in text and "cue.merged after" in text
     assert inspect.chain(engine, "r1", "d0")["waited"] is None  # answered at once
     engine.dispose()
+
+
+def _recall(comment: DanmakuReceived) -> ViewerRecalled:
+    return ViewerRecalled(id=derive_id(comment.id, "recalled"), run="r1", causation=comment.id,
+                          correlation=comment.id, viewer=comment.viewer, danmaku=comment.id, known=True, shows=2,
+                          facts=("home|lives in|Berlin",), bears=("home|lives in|Berlin",))
+
+
+def test_a_known_viewers_comment_waits_for_its_recall_only_where_the_floor_is_free() -> None:
+    """The recall (from the memory worker, a few ms after the comment) is waited for only where it
+    could be on the cue's way: with the floor free, the comment is taken in when its recall comes;
+    with the floor taken past the recall's wait limit, it is taken in at once, and the recall,
+    coming while it waits for the floor, still reaches its cue."""
+    feed = ListFeed(Director(_settings()), RUN)
+    feed.handle(RUN, at_ms=0)
+    first = danmaku(0, "where should I travel next", "alice", viewer="twitch:1", at_ms=RUN.started_at_ms)
+    assert feed.handle(first, at_ms=0) == []  # the floor is free: its recall could be on the cue's way
+    [cue] = [e for e in feed.handle(_recall(first), at_ms=12) if isinstance(e, CueIssued)]
+    assert (cue.returning, cue.bears, cue.heard_ms) == (True, 1, 12)
+    busy = danmaku(1, "how is the weather where I live", "bob", viewer="twitch:2", at_ms=RUN.started_at_ms + 100)
+    [waiting] = feed.handle(busy, at_ms=100)  # the first reply holds the floor: taken in at once
+    assert isinstance(waiting, DanmakuWaiting) and waiting.heard_ms == 100
+    assert feed.handle(_recall(busy), at_ms=115) == []  # it joins the waiting comment
+    [later] = [e for e in feed.advance(60_000) if isinstance(e, CueIssued) and e.correlation == "d1"]
+    assert (later.returning, later.bears, later.recalled, later.heard_ms) == (True, 1, _recall(busy).id, 100)

@@ -45,6 +45,9 @@ _SCAN_CHARS: Final = 120  # how much of a comment theme/topic detection reads
 _CJK: Final = "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
 _CJK_RUN: Final = re.compile(f"[{_CJK}]+")
 _HAS_CJK: Final = re.compile(f"[{_CJK}]")
+# A name a viewer told the stage in Latin script (their cat Miso, Berlin, Rust): a Chinese reply
+# says it as written, as bilingual chat does ("Miso还好吗？").
+_LATIN_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9' .-]{0,23}")
 # Word tokens for matching English terms; CJK is excluded so "我爱minecraft" still yields
 # "minecraft" as its own token.
 _TOKEN: Final = re.compile(f"[^\\W_{_CJK}]+")
@@ -348,7 +351,7 @@ _REGULAR_GIFT = {"en": ("Thank you again, {user}, you're a true regular!", "{use
 def _memory(lang: str, prompt: Prompt, user: str, seed: str) -> tuple[str, ...]:
     """The sentences a reply begins with from what the stage remembers of the viewer: a welcome
     back (``returning``), then the fact the comment bears on, else (back) their newest one; a fact
-    is said only where it can be in the role's language."""
+    is said only where it can be in the role's language (a Latin-script name in Chinese too)."""
     rng = random.Random(seed)
     out: list[str] = []
     if prompt.returning and not prompt.gift:
@@ -357,7 +360,8 @@ def _memory(lang: str, prompt: Prompt, user: str, seed: str) -> tuple[str, ...]:
         kind, detail, value = fact_parts(prompt.facts[0])
         value = _clean(value, MAX_TOPIC_CHARS * 2)
         lines = _RECALL[lang].get(kind)
-        if lines and value and _fits(lang, value.replace(" ", "") if lang == "zh" else value) \
+        if lines and value and (_fits(lang, value.replace(" ", "") if lang == "zh" else value)
+                                or lang == "zh" and _LATIN_NAME.fullmatch(value) is not None) \
                 and not _is_injection(_doc(value)):
             line = rng.choice(lines)
             out.append(line.replace("{value}", value).replace("{detail}", _clean(detail, MAX_TOPIC_CHARS) or "pet"))

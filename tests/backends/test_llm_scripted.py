@@ -404,7 +404,8 @@ def test_a_batch_gives_each_prompt_its_own_reply() -> None:
 
 
 @pytest.mark.parametrize(("persona", "fact", "said"), [
-    (EN, "home||Berlin", "Berlin"), (EN, "pet|cat|Miso", "Miso"), (ZH, "home||北京", "北京"), (ZH, "learning||日语", "日语")])
+    (EN, "home||Berlin", "Berlin"), (EN, "pet|cat|Miso", "Miso"), (ZH, "home||北京", "北京"), (ZH, "learning||日语", "日语"),
+    (ZH, "pet|cat|Miso", "Miso"), (ZH, "home||New York", "New York")])
 def test_a_returning_viewer_is_greeted_back_and_asked_about_their_fact_in_the_first_sentence(
         persona: Persona, fact: str, said: str) -> None:
     prompt = Prompt(cue_id="c1", user="alice", text="any tips for the weather where I live?", seed=3,

@@ -16,7 +16,8 @@ added latency on the cue path, and a two-show scenario judged by what the replie
    anonymous one at once.  Both kinds are sent in one show, interleaved; the delay from a
    comment's sending to its ``danmaku.waiting`` (or cue) is compared, p50 and p99 of each, the
    added latency being the difference.  The memory worker's own time (reading the profile,
-   ``prepare``, and ``handle``) is measured alone too, against a read model of 2,000 viewers.
+   ``prepare``, and ``handle``) is measured alone too, against a read model of 2,000 viewers, and
+   so is the hop (a comment published to its recall seen, the worker alone in a process).
 4. **Two shows**: V viewers (half English, half Chinese) each state a fact in show 1 and come
    back in show 2 with a comment that bears on it.  From the stored replies: the share of the
    returning viewers greeted back (a welcome-back phrase in the reply), and the share of replies
@@ -281,6 +282,61 @@ def _judge(engine: Engine, run: str, people: list[tuple[int, bool]]) -> dict[str
     }
 
 
+async def recall_hop(comments: int = 200) -> dict[str, Any]:
+    """The hop alone: a comment published, its recall seen, with only the memory worker running in
+    this process (as in a deployment of one process per actor); a comment every 50 ms, from 7
+    remembered viewers (SQLite)."""
+    from app.shows import load_show
+    from app.supervisor import Stage, new_run_id
+    from events.run import RunStarted
+    from events.subjects import subject_for
+    from infra.natsserver import EmbeddedNats
+    from infra.settings import load_settings
+
+    with tempfile.TemporaryDirectory() as tmp:
+        nats = EmbeddedNats(Path(tmp) / "nats")
+        await nats.start()
+        settings = load_settings(environ={}, nats_url=nats.url, state_dir=Path(tmp) / "state",
+                                 out_dir=Path(tmp) / "out", metrics_port=-1)
+        try:
+            async with Stage(settings) as stage:
+                await stage.start_actors(["memory"])
+                run = new_run_id()
+                started = RunStarted(id=f"{run}-start", run=run, show=load_show().to_dict(), seed=0, fps=25,
+                                     resolution="360p", started_at_ms=int(time.time() * 1000), config={},
+                                     duration_ms=600_000)
+                await stage.js.publish(subject_for(started), codec.encode(started), headers={"Nats-Msg-Id": started.id})
+                seen: dict[str, float] = {}
+                arrived = asyncio.Event()
+
+                async def recalled(msg: Any) -> None:
+                    event = codec.decode(msg.data)
+                    assert isinstance(event, ViewerRecalled)
+                    seen[event.danmaku] = time.perf_counter()
+                    arrived.set()
+
+                assert stage.nc is not None
+                sub = await stage.nc.subscribe(f"troupe.{run}.danmaku.recalled", cb=recalled)
+                hops = []
+                for i in range(comments + 5):  # the first five warm the path up
+                    comment = DanmakuReceived(id=f"{run}-h{i}", run=run, text=f"hello number {i}", user=f"u{i % 7}",
+                                              viewer=f"twitch:{i % 7 + 1}", at_ms=int(time.time() * 1000))
+                    arrived.clear()
+                    sent = time.perf_counter()
+                    await stage.js.publish(subject_for(comment), codec.encode(comment),
+                                           headers={"Nats-Msg-Id": comment.id})
+                    while comment.id not in seen:
+                        await asyncio.wait_for(arrived.wait(), timeout=5)
+                        arrived.clear()
+                    if i >= 5:
+                        hops.append((seen[comment.id] - sent) * 1000)
+                    await asyncio.sleep(0.05)
+                await sub.unsubscribe()
+        finally:
+            await nats.stop()
+    return {"comments": comments, "p50_ms": round(median(hops), 2), "p99_ms": round(pct(hops, 99), 2)}
+
+
 def worker_time(fresh: Any, viewers: int = 2000, comments: int = 1000) -> dict[str, Any]:
     """The memory worker alone: ``prepare`` (the profile read) and ``handle``, per comment, with a
     read model of ``viewers`` viewers."""
@@ -358,6 +414,10 @@ def main() -> None:
                     ("store", "ingest ev/s", "projection ev/s", "ratio", "catch-up events", "catch-up s",
                      "worker p50 ms", "worker p99 ms"), rows)
     if not args.no_shows:
+        hop = asyncio.run(recall_hop())
+        doc["recall_hop"] = hop
+        print_table("The recall's hop alone (the memory worker by itself in a process, SQLite)",
+                    ("comments", "comment to recall p50 ms", "p99 ms"), [(hop["comments"], hop["p50_ms"], hop["p99_ms"])])
         shows = asyncio.run(two_shows(args.viewers, args.writer, args.spacing))
         doc["two_shows"] = shows
         t = shows["taken_in_ms"]

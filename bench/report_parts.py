@@ -256,6 +256,11 @@ def memory(page: Page, results: Sequence[Result]) -> None:
                          f"{w['p50_ms']:g} / {w['p99_ms']:g} ms"))
         if rows:
             page.table(("store", "recorder ingest", "projection", "ratio", "catch-up", "worker p50 / p99"), rows)
+        hop = d.get("recall_hop")
+        if hop:
+            page.add(f"The recall's hop alone (the memory worker by itself in a process, as one process per actor "
+                     f"deploys it): a comment to its recall p50 {hop['p50_ms']:g} ms, p99 {hop['p99_ms']:g} ms over "
+                     f"{hop['comments']} comments.", "")
         shows = d.get("two_shows")
         if shows:
             t, added, hops = shows["taken_in_ms"], shows["recall_added_ms"], shows["recall_hops_ms"]

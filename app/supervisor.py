@@ -362,22 +362,45 @@ async def _wait_until(wall_s: float, stop: asyncio.Event | None) -> bool:
     return True
 
 
+class DrainWatch:
+    """When a show's drain is over: done once nothing has been pending (and the video is closed)
+    for ``quiet_s`` (runtimes publish their last observations up to a period after their last
+    input); given up after ``timeout_s`` without progress, a new low of what is pending.  A sink
+    behind on a loaded machine still drains, and its video is closed whole; a stuck actor is
+    given up on."""
+
+    def __init__(self, timeout_s: float, quiet_s: float, now: float) -> None:
+        self.timeout_s, self.quiet_s = timeout_s, quiet_s
+        self.low: int | None = None
+        self.progress_at = now
+        self.quiet_since: float | None = None
+
+    def step(self, now: float, pending: int, closed: bool) -> bool | None:
+        """True: drained; False: given up; None: wait on."""
+        if self.low is None or pending < self.low:
+            self.low, self.progress_at = pending, now
+        if pending == 0 and closed:
+            self.quiet_since = self.quiet_since if self.quiet_since is not None else now
+            if now - self.quiet_since > self.quiet_s:
+                return True
+        else:
+            self.quiet_since = None
+        return None if now - self.progress_at < self.timeout_s else False
+
+
 async def _drain(stage: Stage, run_id: str, timeout_s: float, video: bool = True) -> Path | None:
     """Wait until every actor kind has handled everything and (when the sink runs here) the
-    video is closed."""
+    video is closed, or until ``timeout_s`` pass without progress (``DrainWatch``)."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
     path = Path(stage.settings.out_dir) / f"{run_id}.mp4"
-    quiet_since = None
-    while loop.time() < deadline:
-        if await stage.pending(ACTOR_NAMES) == 0 and (path.exists() or not video):
-            # Runtimes publish their last observations up to a period after their last input:
-            # done when nothing has been pending for longer than that.
-            quiet_since = quiet_since or loop.time()
-            if loop.time() - quiet_since > OBSERVE_PERIOD_S + 0.3:
-                return path
-        else:
-            quiet_since = None
+    watch = DrainWatch(timeout_s, OBSERVE_PERIOD_S + 0.3, loop.time())
+    while True:
+        pending = await stage.pending(ACTOR_NAMES)
+        done = watch.step(loop.time(), pending, path.exists() or not video)
+        if done:
+            return path
+        if done is False:
+            break
         await asyncio.sleep(0.1)
-    log.warning("the show did not drain within %.0f s", timeout_s)
+    log.warning("the show did not drain: %d inputs still pending, none handled for %.0f s", watch.low or 0, timeout_s)
     return path if path.exists() else None

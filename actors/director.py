@@ -267,12 +267,11 @@ class Director(ClockedActor):
         elif isinstance(event, DanmakuReceived):
             out += self._take(state, event, ctx.now_ms)
         elif isinstance(event, ViewerRecalled):
-            waiting = state.recalling.pop(event.danmaku, None)
-            joins = state.waiting.get(event.danmaku)
-            if waiting is not None:
-                out += self._take_in(state, waiting[0], ctx.now_ms, event)
-            elif joins is not None and joins.recall is None:  # taken in while the floor was busy: it joins
-                joins.recall = event
+            recalling = state.recalling.pop(event.danmaku, None)
+            if recalling is not None:
+                out += self._take_in(state, recalling[0], ctx.now_ms, event)
+            elif (waiting := state.waiting.get(event.danmaku)) is not None and waiting.recall is None:
+                waiting.recall = event  # taken in while the floor was busy: the recall joins it
             else:  # handed over before its comment (re-execution, a takeover), or late: kept a while
                 state.early[event.danmaku] = event
                 while len(state.early) > EARLY_RECALLS:

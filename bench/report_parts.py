@@ -281,3 +281,13 @@ def memory(page: Page, results: Sequence[Result]) -> None:
                                    added["p99"] <= 5)
                      + f" (comment to recall p50 {hops['comment_to_recall']['p50']:.0f} ms, recall to taken in p50 "
                      f"{hops['recall_to_taken_in']['p50']:.0f} ms).", "")
+        facts = d.get("facts_read")
+        if facts:
+            rules, both = facts["rules"], facts["rules_and_model"]
+            page.add(f"Facts read from {facts['comments']} labelled comments in English and Chinese ({facts['facts']} facts "
+                     f"of their writers; `bench.stated`): the rules alone found {rules['right']} right and {rules['wrong']} "
+                     f"wrong (precision {pct(rules['precision'])}, recall {pct(rules['recall'])}); with the facts worker's "
+                     f"{facts['model']} reading what they missed, {both['right']} right and {both['wrong']} wrong "
+                     f"(precision {pct(both['precision'])}, recall {pct(both['recall'])}). The model read "
+                     f"{facts['read']} of them, p50 {facts['read_p50_ms']:g} ms each on {facts['threads']} thread "
+                     f"(at most {facts['read_max_ms']:g} ms).", "")

@@ -84,6 +84,8 @@ class Settings:
     recall_wait_ms: int = setting(250, "the longest a known viewer's comment waits for the recall before it is answered without (0 to 2000)")
     regulars_first: str = setting("off", "on: a returning viewer's comment goes first among comments of the same class and kind (never before one about to go stale: newcomers are not let go for regulars)")
     viewer_retention_days: float = setting(365.0, "the viewers read model forgets a viewer not seen this many days (0: never)", process=True)
+    facts: str = setting("rules", "what reads the facts a viewer states about themselves: rules (English and Chinese, in the memory worker); llama_cpp: the rules, and a facts worker (troupe up runs it) reading what they miss with the llama_cpp model (TROUPE_LLAMA_MODEL, else the shipped one)", process=True)
+    facts_threads: int = setting(1, "the facts worker's llama.cpp threads (it reads off the cue path: one core leaves the others to the show)", process=True)
     # Replies
     llm_backend: str = setting("scripted", "the LLM backend: scripted, transformers, llama_cpp, openai or vllm (troupe up --llm)")
     llm_max_sentences: int = setting(3, "the longest reply, in sentences")
@@ -282,6 +284,10 @@ def validate(settings: Settings) -> None:
         raise SettingsError(f"TROUPE_RECALL_WAIT_MS must be 0 to 2000, not {settings.recall_wait_ms}")
     if settings.regulars_first not in ("on", "off"):
         raise SettingsError(f"TROUPE_REGULARS_FIRST must be on or off, not {settings.regulars_first!r}")
+    if settings.facts not in ("rules", "llama_cpp"):
+        raise SettingsError(f"TROUPE_FACTS must be rules or llama_cpp, not {settings.facts!r}")
+    if settings.facts_threads < 1:
+        raise SettingsError(f"TROUPE_FACTS_THREADS must be at least 1, not {settings.facts_threads}")
     if settings.viewer_retention_days < 0:
         raise SettingsError(f"TROUPE_VIEWER_RETENTION_DAYS must be 0 or more, not {settings.viewer_retention_days}")
     if settings.openers not in ("on", "off"):

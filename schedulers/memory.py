@@ -182,6 +182,96 @@ def extract_facts(text: str) -> list[Fact]:
     return list(found.values())
 
 
+# -- facts a model read -------------------------------------------------------------------
+
+KINDS = ("home", "learning", "pet", "job", "favourite", "name")
+_FIRST_PERSON = re.compile(r"\b(?:i|i'm|im|i've|my|me|we|we're|our|call me)\b", re.IGNORECASE)
+# What a comment says where it states a fact of a kind: a model's fact of that kind is kept only
+# where one of these is said (a small model mixes the kinds up: "my fave band is Radiohead" as a job).
+_KIND_CUES_EN: dict[str, tuple[str, ...]] = {
+    "home": ("from", "live", "living", "grew up", "born", "home", "hometown", "city", "country", "moved to", "based in",
+             "here in", "in "),
+    "learning": ("learn", "study", "studying", "practis", "practic", "course", "class", "lesson", "teaching myself"),
+    "job": ("work", "job", "shift", "as a", "as an", "i'm a", "i am a", "im a", "career", "employed", "for a living",
+            "boss", "office"),
+    "name": ("call me", "calls me", "name", "i'm", "i am", "im "),
+    "favourite": ("fav", "love", "like", "best"),
+}
+_KIND_CUES_ZH: dict[str, tuple[str, ...]] = {
+    "home": ("来自", "住", "老家", "家乡", "人", "在", "长大", "出生"),
+    "learning": ("学", "练", "课"),
+    "job": ("工作", "上班", "职业", "是个", "是一名", "是一个", "当", "做"),
+    "name": ("叫", "名字"),
+    "favourite": ("喜欢", "最爱"),
+}
+_NOT_A_VALUE = frozenset(["i", "me", "my", "you", "we", "it", "here", "there", "home", "none", "null", "n/a",
+                          "unknown", "我", "你", "这里", "那里"])
+
+
+# Somebody else's: a model's fact from a comment that names one is not the writer's ("my
+# friend's dog Rex", "我朋友在学法语").
+_OTHERS_EN = re.compile(r"\b(?:friend|sister|brother|mom|mum|dad|mother|father|wife|husband|girlfriend|boyfriend|"
+                        r"son|daughter|cousin|aunt|uncle|neighbou?r|roommate|flatmate|colleague|coworker|"
+                        r"grandma|grandpa|kid|kids)(?:'s|s)?\b", re.IGNORECASE)
+_OTHERS_ZH = ("朋友", "姐姐", "妹妹", "哥哥", "弟弟", "妈妈", "爸爸", "老婆", "老公", "女朋友", "男朋友", "儿子", "女儿",
+              "同事", "室友", "邻居", "同学")
+
+
+def may_state_facts(text: str) -> bool:
+    """Whether a comment may state something about its writer: it speaks in the first person, or
+    says a word a fact is said with ("grew up in Lisbon", "最近在自学吉他": chat often drops the
+    I); the only comments worth a model's reading."""
+    text = unicodedata.normalize("NFKC", text)
+    if language_of(text) == "zh":
+        return "我" in text or any(cue in text for cues in _KIND_CUES_ZH.values() for cue in cues if len(cue) > 1) \
+            or "学" in text
+    folded = text.casefold()
+    return _FIRST_PERSON.search(text) is not None or any(
+        re.search(rf"\b{re.escape(cue.strip())}", folded) for cues in _KIND_CUES_EN.values() for cue in cues
+        if cue.strip() not in ("in", "like", "love", "best", "home"))
+
+
+def facts_from_model(found: object, text: str) -> list[Fact]:
+    """The facts of a model's answer (``[{"kind", "value", "detail"}]``) that hold up against the
+    comment: a known kind, a value said word for word in the comment (a small model's guesses and
+    inventions are dropped, never remembered), at most ``MAX_VALUE_CHARS``; a pet's animal and a
+    favourite's category said in it too.  One per key, in the order given."""
+    text = unicodedata.normalize("NFKC", text)
+    folded = text.casefold()
+    zh = language_of(text) == "zh"
+    if (any(w in text for w in _OTHERS_ZH) if zh else _OTHERS_EN.search(text) is not None):
+        return []  # somebody else's, as likely as the writer's
+    out: dict[str, Fact] = {}
+    for item in found if isinstance(found, list) else ():
+        if not isinstance(item, dict):
+            continue
+        kind, value, detail = (str(item.get(k) or "").strip() for k in ("kind", "value", "detail"))
+        value = " ".join(unicodedata.normalize("NFKC", value).split()).strip(" .,!?;:'\"。，！？")
+        if kind not in KINDS or len(value) > MAX_VALUE_CHARS or len(value) < (1 if zh else 2):
+            continue
+        if value.casefold() not in folded or value.casefold() in _NOT_A_VALUE:
+            continue
+        detail = detail.casefold().strip()
+        if kind == "pet":
+            animal = _animal_said(detail, text, folded, zh)
+            if animal is None or value.casefold() in _PETS_EN or value in _PETS_ZH:
+                continue  # no animal in the comment ("what do you think about cats?"), or the animal as its name
+            detail = animal
+        elif not any(cue in folded for cue in (_KIND_CUES_ZH if zh else _KIND_CUES_EN)[kind]):
+            continue  # nothing in the comment says a fact of this kind
+        if kind == "favourite":
+            detail = detail if detail and detail in folded else _category_said(text, folded, zh)
+            if not detail:
+                continue  # a favourite what: the comment does not say
+        if kind not in ("pet", "favourite"):
+            detail = ""
+        if kind == "home" and value.islower():
+            value = value.title()
+        fact = Fact(kind, value, detail, "zh" if zh else "en")
+        out.setdefault(fact.key, fact)
+    return list(out.values())
+
+
 _LEADS = re.compile(r"\b(I'?m|I am|Im|I|We|Greetings|Hello|Hi|Hey|Watching|My|Call)\b")
 
 
@@ -232,6 +322,27 @@ def topic_of(text: str) -> str:
 def facts_first(facts: Sequence[Fact], bears: Sequence[Fact]) -> list[Fact]:
     """The facts with those a comment bears on first."""
     return [*bears, *(f for f in facts if f not in bears)]
+
+
+_CATEGORY_EN = re.compile(r"\bfav(?:ou?rite|e)?\s+([a-z]+)")
+_CATEGORY_ZH = re.compile(r"最(?:喜欢|爱)的([\u4e00-\u9fff]{1,4}?)(?:是|就是|叫)")
+
+
+def _category_said(text: str, folded: str, zh: bool) -> str:
+    """What kind of thing a comment says a favourite is ("my fave game", "最喜欢的游戏是"), or ""."""
+    m = _CATEGORY_ZH.search(text) if zh else _CATEGORY_EN.search(folded)
+    return m.group(1) if m and (zh or m.group(1) not in ("is", "of", "thing")) else ""
+
+
+def _animal_said(detail: str, text: str, folded: str, zh: bool) -> str | None:
+    """The pet's animal (in English) as the comment says it: the model's ``detail`` where the
+    comment says it, else the first animal it names; None where it names none."""
+    said = {en for word, en in _PETS_ZH.items() if word in text} if zh else \
+        {a for a in _PETS_EN if re.search(rf"\b{a}s?\b", folded)}
+    animal = _PETS_ZH.get(detail, detail)
+    if animal in said:
+        return animal
+    return sorted(said)[0] if said else None
 
 
 # -- a viewer asking to be forgotten ------------------------------------------------------

@@ -70,6 +70,7 @@ from store.schema import (
     VIEWER_TABLES,
     events,
     projections,
+    redaction_chains,
     runs,
     viewer_facts,
     viewer_roles,
@@ -280,13 +281,18 @@ class Projector:
                 break
         ids = {getattr(e, "viewer", "") for e, _, _ in decoded}
         changes = _Changes(conn, sorted(v for v in ids if v and remembered(v) and self.mine(v)))
+        # A fact read late (the facts worker's model) from a comment of a viewer forgotten since:
+        # not remembered again, even where they came back meanwhile (the sweep blanks its event).
+        forgotten = _forgotten_chains(conn, {e.correlation for e, _, _ in decoded
+                                             if isinstance(e, ViewerNoted) and e.correlation})
         for event, run, at_ms in decoded:
             if isinstance(event, DanmakuReceived):
                 if event.kind != "moderator" and remembered(event.viewer) and self.mine(event.viewer):
                     changes.seen(event, run, at_ms)
                     progress.viewers.add(event.viewer)
             elif isinstance(event, ViewerNoted):
-                if remembered(event.viewer) and self.mine(event.viewer) and changes.exists(event.viewer):
+                if remembered(event.viewer) and self.mine(event.viewer) and changes.exists(event.viewer) \
+                        and event.correlation not in forgotten:
                     changes.noted(event, run, at_ms)
                     progress.viewers.add(event.viewer)
             elif isinstance(event, ViewerRecalled):
@@ -414,6 +420,14 @@ class _Changes:
         if old:
             conn.execute(delete(viewer_topics).where(viewer_topics.c.viewer == bindparam("v"),
                                                      viewer_topics.c.danmaku == bindparam("d")), old)
+
+
+def _forgotten_chains(conn: Connection, correlations: set[str | None]) -> set[str | None]:
+    """Those of these chains a forgetting has redacted."""
+    if not correlations:
+        return set()
+    return {c for (c,) in conn.execute(select(redaction_chains.c.correlation)
+                                       .where(redaction_chains.c.correlation.in_(sorted(c for c in correlations if c))))}
 
 
 def _now_ms() -> int:

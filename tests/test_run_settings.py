@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from actors.director import Director
+from actors.facts import FactsActor
 from actors.kernel import Kernel
 from actors.lipsync import LipsyncActor
 from actors.llm import LLMActor
@@ -26,7 +27,7 @@ from events.run import RunStarted
 from infra.settings import RUN_SCOPED, Settings, load_settings, run_config, run_scoped, run_settings
 from tests.showkit import demo_run
 
-ACTORS = (Director, LipsyncActor, LLMActor, MemoryActor, PreviewActor, QosActor, RecorderActor, RenderActor, SinkActor, TTSActor)
+ACTORS = (Director, FactsActor, LipsyncActor, LLMActor, MemoryActor, PreviewActor, QosActor, RecorderActor, RenderActor, SinkActor, TTSActor)
 EXEMPT = "process's own"  # a line reading the process's value of a run's setting on purpose says why
 
 

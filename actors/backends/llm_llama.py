@@ -69,6 +69,21 @@ def default_threads() -> int:
     return threads if threads is not None else max(1, min(4, (os.cpu_count() or 2) - 1))
 
 
+def llama_and_model(model: str | None, what: str) -> tuple[Any, Path]:
+    """llama-cpp-python's ``Llama`` and the GGUF file to load (``model``, else
+    ``TROUPE_LLAMA_MODEL``, else the shipped Qwen2.5-Coder-0.5B); a ``LlamaError`` naming ``what``
+    needs it where either is missing."""
+    try:
+        from llama_cpp import Llama
+    except ModuleNotFoundError:
+        raise LlamaError(f"{what} needs llama-cpp-python: pip install 'troupe[llama]' "
+                         "(scripts/llama-wheel.sh builds its wheel once)") from None
+    path = Path(model or env_setting("TROUPE_LLAMA_MODEL") or QWEN_CODER_05B.path())
+    if not path.is_file():
+        raise LlamaError(f"model not found: {path}")
+    return Llama, path
+
+
 def _chat_template(model: Any) -> Any:
     """The model's own chat template (its GGUF metadata) as a formatter, or None."""
     template = model.metadata.get("tokenizer.chat_template")
@@ -91,14 +106,7 @@ class LlamaCppWriter(ModelWriter):
     def __init__(self, model: str | None = None, n_threads: int | None = None,
                  max_new_tokens: int | None = None) -> None:
         super().__init__()
-        try:
-            from llama_cpp import Llama
-        except ModuleNotFoundError:
-            raise LlamaError("the llama_cpp backend needs llama-cpp-python: pip install 'troupe[llama]' "
-                             "(scripts/llama-wheel.sh builds its wheel once)") from None
-        path = Path(model or env_setting("TROUPE_LLAMA_MODEL") or QWEN_CODER_05B.path())
-        if not path.is_file():
-            raise LlamaError(f"model not found: {path}")
+        Llama, path = llama_and_model(model, "the llama_cpp backend")
         self.threads = n_threads or default_threads()
         self.batch_threads = max(self.threads, os.cpu_count() or 1)  # reading a prompt: a burst on every core
         self.contexts = _whole("TROUPE_LLAMA_CONTEXTS") or CONTEXTS

@@ -23,7 +23,7 @@ from app.cli.base import (
     serve_preview,
     stop_on_signals,
 )
-from app.registry import ACTORS
+from app.registry import ACTORS, show_actors
 from app.shows import load_show
 from app.summary import summarise
 from app.supervisor import ACTOR_NAMES, Stage, run_show
@@ -47,7 +47,7 @@ def _options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preview", action="store_true",
                         help="serve the preview page (video, audio, feed, input box) on http://HOST:PORT/ while the show runs")
     page_options(parser)
-    parser.add_argument("--actors", help=f"comma-separated actors to run here (default: all of {','.join(ACTOR_NAMES)}; "
+    parser.add_argument("--actors", help=f"comma-separated actors to run here (default: all of {','.join(ACTOR_NAMES)}, and facts where TROUPE_FACTS=llama_cpp; "
                          "none: only start, script and end the run, for workers elsewhere)")
     parser.add_argument("--resolution", choices=tuple(RESOLUTIONS),
                         help="the stage's size (default: TROUPE_RESOLUTION, else 720p)")
@@ -67,7 +67,7 @@ async def _up(args: argparse.Namespace, settings: Settings) -> int:
     if args.actors == "none":  # the actors run elsewhere (workers): start, script and end the run only
         names: tuple[str, ...] = ()
     else:
-        names = ACTOR_NAMES if not args.actors else tuple(a.strip() for a in args.actors.split(",") if a.strip())
+        names = show_actors(settings) if not args.actors else tuple(a.strip() for a in args.actors.split(",") if a.strip())
     unknown = [n for n in names if n not in ACTORS]
     if unknown:
         raise UsageError(f"unknown actor(s): {', '.join(unknown)}")

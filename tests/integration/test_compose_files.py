@@ -133,9 +133,14 @@ def test_compose_file_is_valid(compose_home: Path, profile: tuple[str, ...]) -> 
 
 
 @needs_compose
-def test_every_registered_actor_has_a_service(project: dict[str, Any]) -> None:
+def test_every_registered_actor_has_a_service(project: dict[str, Any], compose_home: Path) -> None:
     commands = {name: s.get("command") for name, s in troupe_services(project).items()}
-    for actor in ACTORS:
+    # The facts worker (a model, run where the settings ask) is in the llama profile, on its image.
+    llama = config_json(compose_home, "--profile", "llama")["services"]["facts"]
+    assert (llama["command"], llama["profiles"], llama["build"]["target"], llama["environment"]["TROUPE_FACTS"]) == (
+        ["actor", "facts"], ["llama"], "llama", "llama_cpp")
+    assert "facts" not in project["services"]
+    for actor in (a for a, e in ACTORS.items() if e.wanted is None):
         assert ["actor", actor] in commands.values(), f"no service runs `troupe actor {actor}`"
         assert commands.get(actor) == ["actor", actor], actor
     assert commands["show"] == ["up", "--actors", "none", "--duration", "300"]
@@ -167,7 +172,8 @@ def test_llm_and_tts_scale(gpu_project: dict[str, Any]) -> None:
 @needs_compose
 def test_troupe_services_restart_and_have_a_healthcheck(gpu_project: dict[str, Any]) -> None:
     services = troupe_services(gpu_project)
-    assert set(ACTORS) | {"show", "llm-gpu", "tts-gpu"} <= set(services)
+    always = {name for name, entry in ACTORS.items() if entry.wanted is None}  # (the facts worker: its profile)
+    assert always | {"show", "llm-gpu", "tts-gpu"} <= set(services)
     for name, service in services.items():
         assert service.get("restart") == "unless-stopped", name
         check = service.get("healthcheck") or {}
@@ -178,7 +184,7 @@ def test_troupe_services_restart_and_have_a_healthcheck(gpu_project: dict[str, A
         assert service["depends_on"]["nats"]["condition"] == "service_healthy", name
     for name in ("recorder", "preview", "show"):
         assert services[name]["depends_on"]["postgres"]["condition"] == "service_healthy", name
-    show_actors = {name for name, entry in ACTORS.items() if entry.show}
+    show_actors = {name for name, entry in ACTORS.items() if entry.show and entry.wanted is None}
     assert show_actors <= set(services["show"]["depends_on"])
 
 

@@ -20,6 +20,7 @@ from app.shows import load_show
 from app.supervisor import Stage, run_show
 from events import codec
 from events.cue import CueIssued
+from events.danmaku import DanmakuReceived
 from events.show import show_from_dict
 from events.subjects import FAMILIES, family_filter, stream_name
 from events.utterance import UtteranceChunk
@@ -87,6 +88,31 @@ async def test_a_viewer_is_welcomed_back_and_asked_about_what_they_said(settings
         result = await asyncio.to_thread(verify, engine, second)
         assert result.divergence is None, format_verification(result)
         assert result.checked["director"] > 0
+
+
+async def test_a_fact_the_model_reads_is_remembered_with_its_comment(settings: Settings) -> None:
+    """With ``TROUPE_FACTS=llama_cpp`` the show runs the facts worker: the llama.cpp model reads
+    what the rules miss, off the recall's way, and the projection remembers it, with its comment."""
+    pytest.importorskip("llama_cpp", reason="the llama extra is not installed (scripts/test.sh installs it)")
+    settings = dataclasses.replace(settings, resolution="360p", facts="llama_cpp")
+    run = f"memf{uuid.uuid4().hex[:6]}"
+    host = load_show().roles[0].id
+    async with Stage(settings) as stage:
+        await run_show(stage, show_with([
+            {"at": 0.5, "user": "gwen", "viewer": "twitch:5151", "text": f"@{host} grew up in Glasgow, still there"},
+            {"at": 1.0, "user": "hana", "viewer": "twitch:5152", "text": f"@{host} this song is a banger"},
+        ]), 5.0, run_id=run)
+        engine = stage.engine
+        [noted] = stored(engine, run, ViewerNoted)  # the rules read nothing in either; the model one fact
+        assert (noted.viewer, noted.kind, noted.value, noted.extractor) == (
+            "twitch:5151", "home", "Glasgow", "llama_cpp:qwen2.5-coder-0.5b-instruct-q4_k_m")
+        comment = next(d for d in stored(engine, run, DanmakuReceived) if d.viewer == "twitch:5151")
+        assert (noted.causation, noted.correlation) == (comment.id, comment.id)
+        await wait_for(lambda: (p := profile(engine, "twitch:5151")) is not None and bool(p.facts), 20,
+                       "the projection to remember gwen's fact")
+        gwen = profile(engine, "twitch:5151")
+        assert gwen is not None and [(f["kind"], f["value"], f["danmaku"]) for f in gwen.facts] == [
+            ("home", "Glasgow", comment.id)]
 
 
 def _found(engine, secrets: tuple[str, ...]) -> str:  # type: ignore[no-untyped-def]

@@ -262,6 +262,9 @@ class Actor:
     inputs: ClassVar[tuple[Input, ...]] = ()
     # Run handlers in a worker thread (CPU-heavy work that releases the GIL).
     blocking: ClassVar[bool] = False
+    # The most inputs fetched at once (0: TROUPE_FETCH_BATCH): an actor whose inputs take seconds
+    # each (a model reading in ``prepare``) keeps a batch well within the ack wait.
+    fetch_most: ClassVar[int] = 0
     # That worker thread's niceness above the process's (Linux: per thread): work that may fall
     # behind a little (the sink's encoding) gives the cores to work with a deadline (frames).
     nice: int = 0

@@ -83,6 +83,7 @@ class Stage:
         self.runs: RunDirectory | None = None
         self.leases: list[Lease] = []
         self._watches: list[asyncio.Task[None]] = []
+        self._standing: set[str] = set()  # the kinds standing by for a lease held elsewhere
         self.on_air: set[str] = set()  # the runs whose show this process drives now
 
     @property
@@ -142,6 +143,11 @@ class Stage:
         if self._engine is not None:
             self._engine.dispose()
 
+    @property
+    def running(self) -> set[str]:
+        """The actor kinds this stage runs now (or stands by for), none of them given up."""
+        return {rt.actor.name for rt in self.runtimes if not rt.stopped} | set(self._standing)
+
     def build(self, name: str) -> Actor:
         """A new actor of a kind, wired to this stage's settings and store."""
         return entry(name).build(Wiring(self.settings, self.metrics, lambda: self.engine))
@@ -164,6 +170,7 @@ class Stage:
                 started.append(await self._start(actor, None, spread=True))
                 continue
             if actor.takes_over and not wait and await self._held_elsewhere(name):
+                self._standing.add(name)
                 self._watches.append(asyncio.create_task(self._stand_by(actor, standing_by)))
                 continue
             lease = None
@@ -193,6 +200,7 @@ class Stage:
         lease = await self._lease(actor.name, standing_by, None)
         assert lease is not None
         await self._start(actor, lease)
+        self._standing.discard(actor.name)
 
     async def lease(self, key: str) -> Lease:
         """A lease of this process's that nobody else asks for (a run's on-air key), held now."""
@@ -291,7 +299,9 @@ async def run_show(
     run_id = run_id or new_run_id()
     sources = connectors(show.sources, settings)  # missing credentials: one line, before anything starts
     names = show_actors(settings) if names is None else names
-    await stage.start_actors(names)
+    # A kind this stage runs already (for an earlier show of this process) serves this run too:
+    # started again, it would stand by for itself, or run twice beside itself.
+    await stage.start_actors([n for n in names if n not in stage.running])
     with log_context(run=run_id):  # this process's lines about the show say which run
         # Everything built so far (models, sprites, voices) lives for the whole show: keep it
         # out of the garbage collector's scans, whose pauses would land on the reply latency.

@@ -384,6 +384,11 @@ class ActorRuntime:
                 log.exception("%s crashed; restarting", name)
                 await asyncio.sleep(0.1 * len(crashes))
 
+    @property
+    def stopped(self) -> bool:
+        """Stopped (or stopping), or given up."""
+        return self._stopping.is_set() or self.failure is not None
+
     def fail(self, reason: str) -> None:
         """Give up from outside (the lease this actor ran under was lost): ``failed`` answers."""
         self.failure = reason
@@ -472,7 +477,8 @@ class ActorRuntime:
     async def _fetch_loop(self, sub: Any, spec: ConsumerSpec, stop: asyncio.Event | None = None) -> None:
         failing_since: float | None = None  # fetches failing (a consumer without a leader, NATS away)
         while not self._stopping.is_set() and (stop is None or not stop.is_set()):
-            room = min(self.settings.fetch_batch, self.settings.max_inflight - self._inflight - self.waiting)
+            room = min(self.actor.fetch_most or self.settings.fetch_batch,
+                       self.settings.max_inflight - self._inflight - self.waiting)
             if room <= 0:
                 await asyncio.sleep(0.005)
                 continue

@@ -69,6 +69,8 @@ async def test_a_viewer_is_welcomed_back_and_asked_about_what_they_said(settings
             {"at": 0.5, "user": "alice", "viewer": "twitch:4242",
              "text": f"hello again @{host}! any tips for the weather where I live?"},
         ]), 6.0, run_id=second)
+        kinds = [rt.actor.name for rt in stage.runtimes]
+        assert len(kinds) == len(set(kinds)), kinds  # the second show is served by the first's actors
         [recall] = stored(engine, second, ViewerRecalled)
         assert (recall.known, recall.shows, recall.bears) == (True, 1, ("home||Berlin",))
         cue = next(c for c in stored(engine, second, CueIssued) if c.correlation == recall.danmaku)

@@ -218,6 +218,17 @@ class StagePlan:
         # placed to begin later: lipsync takes it off
         return [s for s in self.speech.values() if s.own and not s.gone and s.begins_ms > after_ms]
 
+    def held_until(self, after_ms: int) -> int:
+        """When the floor frees at the earliest, whatever a comment that comes now makes give way:
+        the end of the speech placed so far and of that asked for to begin by ``after_ms``
+        (speech planned to begin later may give way to it: a line of the show's own, a reply to a
+        lesser or superseded comment)."""
+        held = self.placed_ms + self.policy.pause_ms if self.placed_ms else 0
+        for speech in self.speech.values():
+            if not speech.gone and speech.begins_ms <= after_ms:
+                held = max(held, speech.ends_ms(self.policy.pause_ms))
+        return held
+
     def shorten(self, key: str, speech_ms: int, now_ms: int) -> None:
         """Speech asked for is ``speech_ms`` shorter than estimated (its role's writer is slow)."""
         speech = self.speech.get(key)

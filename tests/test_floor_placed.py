@@ -199,5 +199,8 @@ def test_the_floor_is_held_only_by_speech_that_will_not_give_way_to_a_comment() 
     assert plan.held_until(plan.speech["own"].begins_ms) == plan.floor_free_ms  # begun: it holds
     plan.placed("r1", 0, 4000, True, 4000, 4000)
     assert plan.held_until(4100) >= 4000 + pause                 # placed speech holds, whatever comes
+    plan.placed("own", 4000 + pause, 7000, False, 7000, 4100)   # placed to begin later: it may give way
+    assert plan.held_until(4150) == 4000 + pause < plan.floor_free_ms
+    assert plan.held_until(4000 + pause) == plan.floor_free_ms   # begun: it holds
     plan.drop("own", 4100)
-    assert plan.held_until(4100) == plan.floor_free_ms == 4000 + pause
+    assert plan.held_until(4100) == plan.floor_free_ms  # (the floor frees no earlier than now: drop)

@@ -37,19 +37,19 @@ SYSTEM = (
     "favourite thing; detail: what kind of thing), name (what to call them). Copy each value word "
     "for word from the comment. Facts about other people are not the writer's. Answer with JSON only."
 )
-# Worked examples: (comment, answer).
+# Worked examples: (comment, answer).  None of them is, or is shaped like, one of the labelled
+# comments ``bench.memory --facts`` scores (``bench.stated``).
 EXAMPLES: tuple[tuple[str, list[dict[str, str]]], ...] = (
-    ("Berlin is where I grew up, still live there", [{"kind": "home", "value": "Berlin", "detail": ""}]),
-    ("good evening! my little dog Biscuit says hi too", [{"kind": "pet", "value": "Biscuit", "detail": "dog"}]),
-    ("我老家在成都，最近在自学吉他", [{"kind": "home", "value": "成都", "detail": ""},
-                                      {"kind": "learning", "value": "吉他", "detail": ""}]),
-    ("my sister lives in Paris, what do you think of it?", []),
-    ("I spend my days as a plumber, long hours", [{"kind": "job", "value": "plumber", "detail": ""}]),
-    ("been practising the drums every night", [{"kind": "learning", "value": "drums", "detail": ""}]),
+    ("Munich is home for me, born there", [{"kind": "home", "value": "Munich", "detail": ""}]),
+    ("good evening! my parrot Kiwi says hi too", [{"kind": "pet", "value": "Kiwi", "detail": "parrot"}]),
+    ("我家乡在西安，最近迷上了滑板", [{"kind": "home", "value": "西安", "detail": ""}]),
+    ("my brother moved to Rome, is it nice there?", []),
+    ("night shifts at the bakery again, I'm a baker", [{"kind": "job", "value": "baker", "detail": ""}]),
+    ("practising the drums every night", [{"kind": "learning", "value": "drums", "detail": ""}]),
     ("fav movie of all time: Alien", [{"kind": "favourite", "value": "Alien", "detail": "movie"}]),
-    ("friends call me Jojo", [{"kind": "name", "value": "Jojo", "detail": ""}]),
-    ("我是一名厨师，最近在学西班牙语", [{"kind": "job", "value": "厨师", "detail": ""},
-                                        {"kind": "learning", "value": "西班牙语", "detail": ""}]),
+    ("the name's Jojo by the way", [{"kind": "name", "value": "Jojo", "detail": ""}]),
+    ("下班了，做厨师真累，周末去上西班牙语课", [{"kind": "job", "value": "厨师", "detail": ""},
+                                              {"kind": "learning", "value": "西班牙语", "detail": ""}]),
 )
 
 

@@ -351,23 +351,21 @@ class Director(ClockedActor):
             recall = state.early.pop(event.id, None)
             sent = min(now, event.at_ms - state.run.started_at_ms if event.at_ms else event.t_ms)
             until = sent + state.settings.recall_wait_ms
-            if recall is None and until > now and not self._decided_after(state, event, now, until):
+            if recall is None and until > now and not self._decided_after(state, event, until):
                 state.recalling[event.id] = (event, until)
                 return []
             return self._take_in(state, event, now, recall)
         return self._take_in(state, event, now)
 
     @staticmethod
-    def _decided_after(state: _RunState, event: DanmakuReceived, now: int, until: int) -> bool:
+    def _decided_after(state: _RunState, event: DanmakuReceived, until: int) -> bool:
         """Whether a comment cannot go on deck before its recall's wait ends anyway: a plain comment
-        (neither a gift nor a !forget, which go at once) while the floor is taken until then by
-        speech that will not give way to it (not a line of the show's own or a lesser reply still
-        on deck: those yield to a comment, and it would be cued at once), and the regulars not
-        ranked first (a rank the recall decides).  Such a comment is taken in at once, and its
-        recall joins it while it waits: the recall adds nothing to its cue's way."""
+        (neither a gift nor a !forget, which go at once) while the floor is taken until then, and
+        the regulars not ranked first (a rank the recall decides).  Such a comment is taken in at
+        once, and its recall joins it while it waits: the recall adds nothing to its cue's way."""
         plan = state.plan
         return (event.kind == "comment" and not _forgets(state, event) and state.settings.regulars_first != "on"
-                and plan.held_until(now + SUPERSEDE_MARGIN_MS) - plan.policy.ahead_ms >= until)
+                and plan.floor_free_ms - plan.policy.ahead_ms >= until)
 
     def _take_in(self, state: _RunState, event: DanmakuReceived, now: int,
                  recall: ViewerRecalled | None = None) -> list[Event]:

@@ -228,7 +228,7 @@ def may_state_facts(text: str) -> bool:
     folded = text.casefold()
     return _FIRST_PERSON.search(text) is not None or any(
         re.search(rf"\b{re.escape(cue.strip())}", folded) for cues in _KIND_CUES_EN.values() for cue in cues
-        if cue.strip() not in ("in", "like", "love", "best", "home"))
+        if cue.strip() not in ("in", "like", "love", "best"))
 
 
 def facts_from_model(found: object, text: str) -> list[Fact]:

@@ -18,7 +18,6 @@ from events.base import Event, derive_id
 from events.cue import CueIssued, CueMerged
 from events.danmaku import DanmakuReceived, DanmakuSkipped, DanmakuWaiting
 from events.subjects import subject_for
-from events.utterance import UtteranceDropped
 from events.viewer import ViewerRecalled
 from infra.settings import Settings, load_settings
 from store.database import open_engine
@@ -214,21 +213,3 @@ def test_a_known_viewers_comment_waits_for_its_recall_only_where_the_floor_is_fr
     assert feed.handle(_recall(busy), at_ms=115) == []  # it joins the waiting comment
     [later] = [e for e in feed.advance(60_000) if isinstance(e, CueIssued) and e.correlation == "d1"]
     assert (later.returning, later.bears, later.recalled, later.heard_ms) == (True, 1, _recall(busy).id, 100)
-
-
-def test_a_known_viewers_comment_that_a_line_of_the_shows_own_gives_way_to_waits_for_its_recall() -> None:
-    """The floor taken by the show's own line still to begin is no floor taken: that line gives way
-    to the comment, which is cued at once; so the comment waits for its recall first (it was cued
-    without it, and a returning viewer was answered as a stranger, in a troupe up show)."""
-    feed = ListFeed(Director(load_settings(environ={})), RUN)  # the show carries itself: its own lines
-    feed.handle(RUN, at_ms=0)
-    feed.advance(19_000)
-    plan = feed.state().plan
-    assert plan.floor_free_ms - plan.policy.ahead_ms > 19_250 > plan.held_until(19_000 + 400) - plan.policy.ahead_ms
-    comment = danmaku(1, "how is the weather where I live", "bob", viewer="twitch:2", at_ms=RUN.started_at_ms + 19_000)
-    assert feed.handle(comment, at_ms=19_000) == []  # waits for its recall
-    out = feed.handle(_recall(comment), at_ms=19_012)
-    [dropped] = [e for e in out if isinstance(e, UtteranceDropped)]
-    assert dropped.reason.startswith("yielded: a comment came before the show's own line began")
-    [cue] = [e for e in out if isinstance(e, CueIssued)]
-    assert (cue.correlation, cue.returning, cue.bears, cue.recalled) == ("d1", True, 1, _recall(comment).id)

@@ -20,6 +20,7 @@ def reader() -> LlamaFactReader:
 
 @pytest.mark.parametrize(("text", "fact"), [
     ("grew up in Glasgow, still there", ("home", "Glasgow")),
+    ("@host Lisbon has been home for ten years now", ("home", "Lisbon")),  # the mention is not read
     ("our hamster Mochi is asleep on my keyboard", ("pet", "Mochi")),
     ("I spend my days as a firefighter", ("job", "firefighter")),
     ("我老家在成都，好想回去", ("home", "成都")),

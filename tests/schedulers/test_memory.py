@@ -146,6 +146,7 @@ def test_a_chinese_comments_facts_keep_the_animal_in_english_as_the_rules_do() -
 
 @pytest.mark.parametrize(("text", "may"), [
     ("Berlin is where I grew up", True), ("my dog says hi", True), ("call me Al", True), ("我老家在成都", True),
+    ("@host Lisbon has been home for ten years now", True),
     ("what a game!", False), ("lol", False), ("主播好厉害", False), ("", False),
 ])
 def test_only_a_comment_in_the_first_person_is_worth_a_models_reading(text: str, may: bool) -> None:

@@ -45,7 +45,7 @@ from events.show import RoleSpec, Show, blocked, show_from_dict
 from events.utterance import UtteranceChunk, UtteranceDropped
 from events.viewer import ViewerRecalled, remembered
 from infra.settings import Settings
-from schedulers.choice import GREETING, KIND_NAMES, comment_kind
+from schedulers.choice import GREETING, KIND_NAMES, MENTION, comment_kind
 from schedulers.memory import asks_to_forget, forgotten_line
 from schedulers.pace import Pace, paced
 from schedulers.stage import (
@@ -70,7 +70,6 @@ SKIP_DETAIL = {
     "run_ending": "the show ended while it waited",
     "on_hold": "the operator holds the show: the chat is not answered",
 }
-_MENTION = re.compile(r"@([\w\-]+)", re.UNICODE)
 _PUNCT = re.compile(r"[\W_]+", re.UNICODE)
 _WORD = re.compile(r"[a-z0-9']+")
 
@@ -615,7 +614,7 @@ class Director(ClockedActor):
         if event.to is not None:
             return event.to, "addressed"
         by_name = {r.id.casefold(): r.id for r in show.roles} | {r.name.casefold(): r.id for r in show.roles}
-        for mention in _MENTION.findall(event.text):
+        for mention in MENTION.findall(event.text):
             mentioned = by_name.get(mention.casefold())
             if mentioned is not None:
                 return mentioned, "mention"

@@ -52,9 +52,9 @@ class Read:
     error: str = ""
 
 
-def _reads(event: Event, settings: Settings | None) -> bool:
+def _reads(event: Event, settings: Settings) -> bool:
     return (isinstance(event, DanmakuReceived) and event.kind == "comment" and remembered(event.viewer)
-            and (settings is None or settings.memory == "on")
+            and settings.memory == "on"
             and not asks_to_forget(event.text) and may_state_facts(event.text))
 
 
@@ -87,7 +87,7 @@ class FactsActor(Actor):
             return self._reader
 
     def prepare(self, event: Event, ctx: Context) -> Any:
-        if not _reads(event, ctx.settings if ctx.settings is not None else self.settings):
+        if not _reads(event, ctx.settings_over(self.settings)):
             return None
         assert isinstance(event, DanmakuReceived)
         found = {f.key for f in extract_facts(event.text)}

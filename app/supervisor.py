@@ -146,7 +146,7 @@ class Stage:
     @property
     def running(self) -> set[str]:
         """The actor kinds this stage runs now (or stands by for), none of them given up."""
-        return {rt.actor.name for rt in self.runtimes if not rt.stopped} | set(self._standing)
+        return {rt.actor.name for rt in self.runtimes if not rt.stopped} | self._standing
 
     def build(self, name: str) -> Actor:
         """A new actor of a kind, wired to this stage's settings and store."""

@@ -49,6 +49,8 @@ _ZH_WHO = frozenset({"主播", "大家", "晚上", "早上", "下午", "中午",
 _STRIP = re.compile(r"[\W_]+", re.UNICODE)
 _WORDS = re.compile(r"[a-z']+")
 _REPEATS = re.compile(r"(.)\1{2,}")
+# A role or a viewer a comment is addressed to ("@host"): its name, group 1.
+MENTION = re.compile(r"@([\w\-]+)", re.UNICODE)
 
 
 def comment_kind(text: str) -> int:

@@ -10,17 +10,16 @@ against the comment (a value said in it word for word).  The default model is th
 
 from __future__ import annotations
 
-import re
 import threading
 from typing import Any
 
 import orjson
 
 from actors.backends.llm_llama import LlamaError, llama_and_model
+from schedulers.choice import MENTION
 from schedulers.memory import KINDS, Fact, facts_from_model
 
 N_CTX = 1024
-_MENTION = re.compile(r"(?<!\w)@\S+")  # a role or a viewer the comment is addressed to
 MAX_TOKENS = 96      # a few facts' JSON
 MAX_COMMENT_CHARS = 200
 SCHEMA: dict[str, Any] = {
@@ -81,7 +80,7 @@ class LlamaFactReader:
 
     def read(self, text: str) -> list[Fact]:
         """The facts the model finds in a comment that hold up against it (``facts_from_model``)."""
-        said = " ".join(_MENTION.sub(" ", text).split())[:MAX_COMMENT_CHARS]  # "@host ..." misled the model
+        said = " ".join(MENTION.sub(" ", text).split())[:MAX_COMMENT_CHARS]  # "@host ..." misled the model
         messages = [{"role": "system", "content": SYSTEM}, *self.examples, {"role": "user", "content": said}]
         with self._lock:
             try:

@@ -31,6 +31,7 @@ from events.cue import (
     StagePaced,
 )
 from events.danmaku import (
+    DanmakuHeld,
     DanmakuReceived,
     DanmakuRejected,
     DanmakuSkipped,
@@ -176,6 +177,9 @@ class _RunState:
     # Comments of viewers the stage may remember, waiting for the recall (danmaku.recalled) or its
     # wait limit: danmaku id -> the comment and when it was taken in.
     recalling: dict[str, tuple[DanmakuReceived, int]] = field(default_factory=dict)  # id -> (it, wait limit)
+    # Comments whose recall came: taken in with it at the clock's next tick (id -> it, its recall,
+    # when the recall came), so that when they were taken in is recorded (``Event.ticked_ms``).
+    recalled: dict[str, tuple[DanmakuReceived, ViewerRecalled, int]] = field(default_factory=dict)
     early: OrderedDict[str, ViewerRecalled] = field(default_factory=OrderedDict)  # recalls before their comment
     greeted: set[str] = field(default_factory=set)  # viewers answered in this run (greeted back once)
 
@@ -185,11 +189,11 @@ class Director(ClockedActor):
 
     name = "director"
     consumes = (DanmakuReceived, ViewerRecalled, OperatorControl, RolePaceMeasured, SpeechPlaced, RunStarted, RunEnded)
-    emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, DanmakuWaiting, SegmentStarted, ControlApplied,
-             StagePaced, FloorFollowed, UtteranceChunk, UtteranceDropped)
+    emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, DanmakuWaiting, DanmakuHeld, SegmentStarted,
+             ControlApplied, StagePaced, FloorFollowed, UtteranceChunk, UtteranceDropped)
     accepts_unknown_runs = True
     takes_over = True
-    clock_marks = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, DanmakuWaiting, SegmentStarted,
+    clock_marks = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, DanmakuWaiting, DanmakuHeld, SegmentStarted,
                    ControlApplied, StagePaced, FloorFollowed)
 
     def __init__(self, settings: Settings) -> None:
@@ -208,11 +212,21 @@ class Director(ClockedActor):
     # -- the clock: comments waiting for the floor, the show's own turns --------
 
     def next_tick(self, state: _RunState) -> int | None:
-        return _earliest(state.plan.next_due_ms(), state.floor.next_due_ms(), _recall_due(state))
+        recalled = min((at for _, _, at in state.recalled.values()), default=None)
+        return _earliest(state.plan.next_due_ms(), state.floor.next_due_ms(), _recall_due(state), recalled)
 
     def tick(self, ctx: Context) -> Sequence[Event]:
         state: _RunState | None = ctx.state
-        return [] if state is None else self._catch_up(state, ctx.now_ms)
+        if state is None:
+            return []
+        out = self._catch_up(state, ctx.now_ms)
+        # A comment whose recall came is taken in by the clock, not by the recall's handler: the
+        # tick's show time is recorded with what it decides (``ticked_ms``), where a handler's
+        # outputs would name the comment as their cause and leave the recall's time unknown.
+        for key, (comment, recall, _) in list(state.recalled.items()):
+            del state.recalled[key]
+            out += self._take_in(state, comment, ctx.now_ms, recall)
+        return out
 
     def _catch_up(self, state: _RunState, now_ms: int) -> list[Event]:
         """Every decision due by ``now_ms``, each at the show time it was due: the outcome depends
@@ -258,7 +272,10 @@ class Director(ClockedActor):
             state.floor.closed = True
             for comment, _ in list(state.recalling.values()):  # (answered, or let go, as the others)
                 out += self._take_in(state, comment, ctx.now_ms)
+            for comment, recall, _ in list(state.recalled.values()):
+                out += self._take_in(state, comment, ctx.now_ms, recall)
             state.recalling.clear()
+            state.recalled.clear()
         elif isinstance(event, OperatorControl):
             out += state.floor.control(event, ctx.now_ms)
             if state.floor.hold_all:  # the comments waiting go too (moderator lines never wait)
@@ -267,8 +284,8 @@ class Director(ClockedActor):
             out += self._take(state, event, ctx.now_ms)
         elif isinstance(event, ViewerRecalled):
             recalling = state.recalling.pop(event.danmaku, None)
-            if recalling is not None:
-                out += self._take_in(state, recalling[0], ctx.now_ms, event)
+            if recalling is not None:  # taken in at the clock's next tick, at once (``tick``)
+                state.recalled[event.danmaku] = (recalling[0], event, ctx.now_ms)
             elif (waiting := state.waiting.get(event.danmaku)) is not None and waiting.recall is None:
                 waiting.recall = event  # taken in while the floor was busy: the recall joins it
             else:  # handed over before its comment (re-execution, a takeover), or late: kept a while
@@ -331,7 +348,8 @@ class Director(ClockedActor):
     def _take(self, state: _RunState, event: DanmakuReceived, now: int) -> list[Event]:
         """Reject a danmaku, merge it with the same comment, or let it wait for the floor: then
         (and when it joins a waiting duplicate) it is said when it was taken in (``danmaku.waiting``),
-        its outcome coming later."""
+        its outcome coming later.  A known viewer's comment may first be held for their recall
+        (``danmaku.held``)."""
         reason = self._reject_reason(state, event)
         if reason is not None:
             code, detail = reason
@@ -343,28 +361,31 @@ class Director(ClockedActor):
         if state.settings.memory == "on" and event.kind != "moderator" and remembered(event.viewer) \
                 and state.settings.recall_wait_ms > 0:
             # What the stage remembers of the viewer comes as danmaku.recalled, within a few ms:
-            # the comment is taken in then, or at its wait limit without; or at once where it
-            # waits for the floor past that limit anyway, its recall joining it.  The limit counts from
-            # when the comment was sent (not when it was handled: re-execution hands a comment
-            # that caused nothing yet over at about, not exactly, that time).
+            # the comment is held for it (danmaku.held records when), and taken in at the clock's
+            # tick after it comes, or at its wait limit without it; or taken in at once where it
+            # waits for the floor past that limit anyway, its recall joining it.  The limit counts
+            # from when the comment was sent.
             recall = state.early.pop(event.id, None)
             sent = min(now, event.at_ms - state.run.started_at_ms if event.at_ms else event.t_ms)
             until = sent + state.settings.recall_wait_ms
-            if recall is None and until > now and not self._decided_after(state, event, until):
+            if recall is None and until > now and not self._decided_after(state, event, now, until):
                 state.recalling[event.id] = (event, until)
-                return []
+                return [DanmakuHeld(id=event.derive("held"), run=event.run, causation=event.id, correlation=event.id,
+                                    t_ms=now, heard_ms=now, until_ms=until)]
             return self._take_in(state, event, now, recall)
         return self._take_in(state, event, now)
 
     @staticmethod
-    def _decided_after(state: _RunState, event: DanmakuReceived, until: int) -> bool:
+    def _decided_after(state: _RunState, event: DanmakuReceived, now: int, until: int) -> bool:
         """Whether a comment cannot go on deck before its recall's wait ends anyway: a plain comment
-        (neither a gift nor a !forget, which go at once) while the floor is taken until then, and
-        the regulars not ranked first (a rank the recall decides).  Such a comment is taken in at
-        once, and its recall joins it while it waits: the recall adds nothing to its cue's way."""
+        (neither a gift nor a !forget, which go at once) while the floor is taken until then by
+        speech that will not give way to it (not a line of the show's own or a lesser reply still
+        on deck: those yield to a comment, and it would be cued at once), and the regulars not
+        ranked first (a rank the recall decides).  Such a comment is taken in at once, and its
+        recall joins it while it waits: the recall adds nothing to its cue's way."""
         plan = state.plan
         return (event.kind == "comment" and not _forgets(state, event) and state.settings.regulars_first != "on"
-                and plan.floor_free_ms - plan.policy.ahead_ms >= until)
+                and plan.held_until(now + SUPERSEDE_MARGIN_MS) - plan.policy.ahead_ms >= until)
 
     def _take_in(self, state: _RunState, event: DanmakuReceived, now: int,
                  recall: ViewerRecalled | None = None) -> list[Event]:

@@ -214,6 +214,11 @@ class Context:
     # The ms passed since the handling began, as the feed's clock says (None: none pass, the
     # list and store feeds: a handler's outputs are the same however long it takes).
     elapsed: Callable[[], int] | None = None
+    # The run's recorded outputs of the types that record what ``prepare`` read from outside the
+    # run (``Actor.reads_recorded``), by id: handed over by re-execution and a takeover's rebuild,
+    # so that the handler takes what was read then instead of what a read would find now.  Empty
+    # live.
+    recorded: Mapping[str, Event] = field(default_factory=dict)
 
     def now(self) -> int:
         """The show time now: ``now_ms`` when the handling began, plus the time it has taken so far
@@ -281,6 +286,10 @@ class Actor:
     takes_over: ClassVar[bool] = False
     # Input families a takeover does not read back (the sink's frames: it goes on from the next).
     rebuild_skips: ClassVar[frozenset[str]] = frozenset()
+    # Outputs that record what ``prepare`` read from outside the run (the director's recall of a
+    # viewer, read from the read model): re-execution and a takeover hand the recorded ones to the
+    # handlers (``Context.recorded``), which take them instead of reading again.
+    reads_recorded: ClassVar[tuple[type[Event], ...]] = ()
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
@@ -298,6 +307,11 @@ class Actor:
         (None: not held yet, as for its start), to be read only; ``ctx.now_ms`` is 0.  What it
         returns (None: nothing) is handed to that input's handler as ``Context.prepared``."""
         return None
+
+    def prepares(self, event: Event) -> bool:
+        """Whether ``prepare`` may build anything for this input: the runtime hands only those to a
+        thread of their own (the director prepares a remembered viewer's comment, not every input)."""
+        return True
 
     def undecodable(self, key: str, raw: bytes, reason: str, ctx: Context) -> Sequence[Event]:
         """Events to emit for an input that could not be decoded (besides the dead letter).

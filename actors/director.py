@@ -12,7 +12,7 @@ import dataclasses
 import difflib
 import re
 import unicodedata
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +21,7 @@ from actors.backends.llm_scripted import ScriptedLLM
 from actors.backends.protocols import Persona, Prompt, Sentence
 from actors.base import ClockedActor, Context
 from actors.floor import ShowFloor, held_back
+from actors.memory import Looked, Reader, forgotten, recalled
 from events.base import Event, derive_id
 from events.cue import (
     ControlApplied,
@@ -31,7 +32,6 @@ from events.cue import (
     StagePaced,
 )
 from events.danmaku import (
-    DanmakuHeld,
     DanmakuReceived,
     DanmakuRejected,
     DanmakuSkipped,
@@ -80,7 +80,6 @@ def _mentions(keyword: str, folded: str, words: set[str]) -> bool:
     return keyword in words if keyword.isascii() else keyword in folded
 
 
-EARLY_RECALLS = 256  # recalls kept for comments not taken in yet (or turned away: they go the oldest first)
 OPENERS_KEPT = 3  # a role's last openers in a run: none of them is said again next
 _SCRIPTED = ScriptedLLM()  # the openers' library (pure: the run's seed and the cue pick one)
 # A reply whose speech is estimated to start this soon is left to be said: it may already be on air.
@@ -174,13 +173,6 @@ class _RunState:
     recent: deque[_Recent] = field(default_factory=lambda: deque(maxlen=64))
     waiting: dict[str, _Waiting] = field(default_factory=dict)  # danmaku id -> it and its duplicates
     openers: dict[str, deque[str]] = field(default_factory=dict)  # role -> its last openers
-    # Comments of viewers the stage may remember, waiting for the recall (danmaku.recalled) or its
-    # wait limit: danmaku id -> the comment and when it was taken in.
-    recalling: dict[str, tuple[DanmakuReceived, int]] = field(default_factory=dict)  # id -> (it, wait limit)
-    # Comments whose recall came: taken in with it at the clock's next tick (id -> it, its recall,
-    # when the recall came), so that when they were taken in is recorded (``Event.ticked_ms``).
-    recalled: dict[str, tuple[DanmakuReceived, ViewerRecalled, int]] = field(default_factory=dict)
-    early: OrderedDict[str, ViewerRecalled] = field(default_factory=OrderedDict)  # recalls before their comment
     greeted: set[str] = field(default_factory=set)  # viewers answered in this run (greeted back once)
 
 
@@ -188,16 +180,42 @@ class Director(ClockedActor):
     """Turns danmaku into cues: which role answers what."""
 
     name = "director"
-    consumes = (DanmakuReceived, ViewerRecalled, OperatorControl, RolePaceMeasured, SpeechPlaced, RunStarted, RunEnded)
-    emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, DanmakuWaiting, DanmakuHeld, SegmentStarted,
-             ControlApplied, StagePaced, FloorFollowed, UtteranceChunk, UtteranceDropped)
+    consumes = (DanmakuReceived, OperatorControl, RolePaceMeasured, SpeechPlaced, RunStarted, RunEnded)
+    emits = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, DanmakuWaiting, SegmentStarted, ControlApplied,
+             StagePaced, FloorFollowed, UtteranceChunk, UtteranceDropped, ViewerRecalled)
     accepts_unknown_runs = True
     takes_over = True
-    clock_marks = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, DanmakuWaiting, DanmakuHeld, SegmentStarted,
+    clock_marks = (CueIssued, CueMerged, DanmakuRejected, DanmakuSkipped, DanmakuWaiting, SegmentStarted,
                    ControlApplied, StagePaced, FloorFollowed)
+    reads_recorded = (ViewerRecalled,)  # what it read of a viewer: re-execution takes the recorded one
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, recall: Reader | None = None) -> None:
+        """``recall`` reads what the stage remembers of a viewer from the read model (None: nothing
+        is read, as where no store is wired; a recorded recall is still taken)."""
         self.settings = settings
+        self._recall = recall
+
+    # -- what the stage remembers of a viewer: read ahead, recorded -------------
+
+    def prepares(self, event: Event) -> bool:
+        return self._recall is not None and isinstance(event, DanmakuReceived) and event.kind != "moderator" \
+            and remembered(event.viewer)
+
+    def prepare(self, event: Event, ctx: Context) -> Looked | None:
+        """A remembered viewer's comment: their profile, read from the read model within
+        ``TROUPE_RECALL_WAIT_MS`` (on a thread beside the handler; a comment never waits longer)."""
+        settings = ctx.settings_over(self.settings)
+        if self._recall is None or not self.prepares(event) or settings.memory != "on" \
+                or settings.recall_wait_ms <= 0 or event.derive("recalled") in ctx.recorded:
+            return None
+        assert isinstance(event, DanmakuReceived)
+        if asks_to_forget(event.text):  # nothing is recalled for a !forget: no read
+            return None
+        return self._recall.look(event.viewer, settings.recall_wait_ms)
+
+    def close(self) -> None:
+        if self._recall is not None:
+            self._recall.close()
 
     def open_run(self, run: RunStarted, settings: Settings) -> _RunState:
         """The run's stage: its show, the plan of its floor (from the run's settings) and the floor
@@ -212,21 +230,11 @@ class Director(ClockedActor):
     # -- the clock: comments waiting for the floor, the show's own turns --------
 
     def next_tick(self, state: _RunState) -> int | None:
-        recalled = min((at for _, _, at in state.recalled.values()), default=None)
-        return _earliest(state.plan.next_due_ms(), state.floor.next_due_ms(), _recall_due(state), recalled)
+        return _earliest(state.plan.next_due_ms(), state.floor.next_due_ms())
 
     def tick(self, ctx: Context) -> Sequence[Event]:
         state: _RunState | None = ctx.state
-        if state is None:
-            return []
-        out = self._catch_up(state, ctx.now_ms)
-        # A comment whose recall came is taken in by the clock, not by the recall's handler: the
-        # tick's show time is recorded with what it decides (``ticked_ms``), where a handler's
-        # outputs would name the comment as their cause and leave the recall's time unknown.
-        for key, (comment, recall, _) in list(state.recalled.items()):
-            del state.recalled[key]
-            out += self._take_in(state, comment, ctx.now_ms, recall)
-        return out
+        return [] if state is None else self._catch_up(state, ctx.now_ms)
 
     def _catch_up(self, state: _RunState, now_ms: int) -> list[Event]:
         """Every decision due by ``now_ms``, each at the show time it was due: the outcome depends
@@ -235,12 +243,8 @@ class Director(ClockedActor):
         decided, then the show's own turn."""
         out: list[Event] = []
         plan, floor = state.plan, state.floor
-        while (due := _earliest(plan.next_due_ms(), floor.next_due_ms(), _recall_due(state))) is not None \
+        while (due := _earliest(plan.next_due_ms(), floor.next_due_ms())) is not None \
                 and due <= now_ms:
-            for key, (comment, until) in list(state.recalling.items()):  # the recall did not come in time
-                if until <= due:
-                    del state.recalling[key]
-                    out += self._take_in(state, comment, due)
             out += floor.changes(due)
             out += floor.operator_at(due)
             comments = plan.next_due_ms()
@@ -270,28 +274,12 @@ class Director(ClockedActor):
         out = self._catch_up(state, ctx.now_ms)
         if isinstance(event, RunEnded):  # the show stops speaking by itself
             state.floor.closed = True
-            for comment, _ in list(state.recalling.values()):  # (answered, or let go, as the others)
-                out += self._take_in(state, comment, ctx.now_ms)
-            for comment, recall, _ in list(state.recalled.values()):
-                out += self._take_in(state, comment, ctx.now_ms, recall)
-            state.recalling.clear()
-            state.recalled.clear()
         elif isinstance(event, OperatorControl):
             out += state.floor.control(event, ctx.now_ms)
             if state.floor.hold_all:  # the comments waiting go too (moderator lines never wait)
                 out += self._outcomes(state, state.plan.drain(ctx.now_ms, "on_hold"))
         elif isinstance(event, DanmakuReceived):
-            out += self._take(state, event, ctx.now_ms)
-        elif isinstance(event, ViewerRecalled):
-            recalling = state.recalling.pop(event.danmaku, None)
-            if recalling is not None:  # taken in at the clock's next tick, at once (``tick``)
-                state.recalled[event.danmaku] = (recalling[0], event, ctx.now_ms)
-            elif (waiting := state.waiting.get(event.danmaku)) is not None and waiting.recall is None:
-                waiting.recall = event  # taken in while the floor was busy: the recall joins it
-            else:  # handed over before its comment (re-execution, a takeover), or late: kept a while
-                state.early[event.danmaku] = event
-                while len(state.early) > EARLY_RECALLS:
-                    state.early.popitem(last=False)
+            out += self._take(state, event, ctx.now_ms, ctx)
         elif isinstance(event, RolePaceMeasured):
             out += self._paced(state, event, ctx.now_ms)
         elif isinstance(event, SpeechPlaced):
@@ -345,11 +333,11 @@ class Director(ClockedActor):
                                 user=event.user[:MAX_USER_CHARS],
                                 text=event.text[:200] if isinstance(event, DanmakuReceived) else "")]
 
-    def _take(self, state: _RunState, event: DanmakuReceived, now: int) -> list[Event]:
+    def _take(self, state: _RunState, event: DanmakuReceived, now: int, ctx: Context) -> list[Event]:
         """Reject a danmaku, merge it with the same comment, or let it wait for the floor: then
         (and when it joins a waiting duplicate) it is said when it was taken in (``danmaku.waiting``),
-        its outcome coming later.  A known viewer's comment may first be held for their recall
-        (``danmaku.held``)."""
+        its outcome coming later.  A remembered viewer's comment is taken in with what the stage
+        remembers of them (``danmaku.recalled``, said first)."""
         reason = self._reject_reason(state, event)
         if reason is not None:
             code, detail = reason
@@ -358,34 +346,25 @@ class Director(ClockedActor):
                 correlation=event.id, t_ms=now, reason=code, detail=detail,
                 user=event.user[:MAX_USER_CHARS], text=event.text[:200],
             )]
-        if state.settings.memory == "on" and event.kind != "moderator" and remembered(event.viewer) \
-                and state.settings.recall_wait_ms > 0:
-            # What the stage remembers of the viewer comes as danmaku.recalled, within a few ms:
-            # the comment is held for it (danmaku.held records when), and taken in at the clock's
-            # tick after it comes, or at its wait limit without it; or taken in at once where it
-            # waits for the floor past that limit anyway, its recall joining it.  The limit counts
-            # from when the comment was sent.
-            recall = state.early.pop(event.id, None)
-            sent = min(now, event.at_ms - state.run.started_at_ms if event.at_ms else event.t_ms)
-            until = sent + state.settings.recall_wait_ms
-            if recall is None and until > now and not self._decided_after(state, event, now, until):
-                state.recalling[event.id] = (event, until)
-                return [DanmakuHeld(id=event.derive("held"), run=event.run, causation=event.id, correlation=event.id,
-                                    t_ms=now, heard_ms=now, until_ms=until)]
-            return self._take_in(state, event, now, recall)
-        return self._take_in(state, event, now)
+        recall = self._recalled(state, event, now, ctx)
+        if recall is None:
+            return self._take_in(state, event, now)
+        return [recall, *self._take_in(state, event, now, recall)]
 
-    @staticmethod
-    def _decided_after(state: _RunState, event: DanmakuReceived, now: int, until: int) -> bool:
-        """Whether a comment cannot go on deck before its recall's wait ends anyway: a plain comment
-        (neither a gift nor a !forget, which go at once) while the floor is taken until then by
-        speech that will not give way to it (not a line of the show's own or a lesser reply still
-        on deck: those yield to a comment, and it would be cued at once), and the regulars not
-        ranked first (a rank the recall decides).  Such a comment is taken in at once, and its
-        recall joins it while it waits: the recall adds nothing to its cue's way."""
-        plan = state.plan
-        return (event.kind == "comment" and not _forgets(state, event) and state.settings.regulars_first != "on"
-                and plan.held_until(now + SUPERSEDE_MARGIN_MS) - plan.policy.ahead_ms >= until)
+    def _recalled(self, state: _RunState, event: DanmakuReceived, now: int, ctx: Context) -> ViewerRecalled | None:
+        """What the stage remembers of a comment's viewer: as the run recorded it (re-execution, a
+        takeover), else as ``prepare`` read it (a read that failed or timed out is recorded as
+        such: the viewer is answered as a stranger); None for a viewer it does not remember."""
+        if state.settings.memory != "on" or event.kind == "moderator" or not remembered(event.viewer):
+            return None
+        recorded = ctx.recorded.get(event.derive("recalled"))
+        if isinstance(recorded, ViewerRecalled):
+            return recorded
+        if _forgets(state, event):
+            return forgotten(event, now)
+        if self._recall is None or state.settings.recall_wait_ms <= 0:
+            return None
+        return recalled(event, ctx.prepared if isinstance(ctx.prepared, Looked) else Looked(None, "not read"), now)
 
     def _take_in(self, state: _RunState, event: DanmakuReceived, now: int,
                  recall: ViewerRecalled | None = None) -> list[Event]:
@@ -575,7 +554,8 @@ class Director(ClockedActor):
         if settings.openers == "off" or (spec.llm_backend or settings.llm_backend) == "scripted" or cue.verbatim:
             return None
         persona = Persona(spec.id, spec.name, spec.persona, spec.language, spec.keywords, spec.llm_adapter)
-        prompt = Prompt(cue_id=cue.id, user=cue.user, text=cue.text, seed=state.run.seed, gift=cue.gift)
+        prompt = Prompt(cue_id=cue.id, user=cue.user, text=cue.text, seed=state.run.seed, gift=cue.gift,
+                        returning=cue.returning and not cue.gift)  # (a gift is thanked first)
         recent = state.openers.setdefault(spec.id, deque(maxlen=OPENERS_KEPT))
         opener = _SCRIPTED.opener(persona, prompt, avoid=tuple(recent), choices=spec.llm_openers)
         recent.append(str(opener))
@@ -673,11 +653,6 @@ def _forgets(state: _RunState, event: DanmakuReceived) -> bool:
     """A viewer the stage remembers asks to be forgotten (``!forget``): answered as soon as a gift,
     word for word and without their name."""
     return state.settings.memory == "on" and remembered(event.viewer) and asks_to_forget(event.text)
-
-
-def _recall_due(state: _RunState) -> int | None:
-    """When the first comment waiting for its recall goes on without it."""
-    return min((until for _, until in state.recalling.values()), default=None)
 
 
 def _remembered(state: _RunState, event: DanmakuReceived, recall: ViewerRecalled | None) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Facts: a model reads what a viewer's comment says about them that the rules miss.
 
-The memory worker notes the facts its rules find (``schedulers.memory.extract_facts``) on the
-recall's way, in a millisecond.  This worker (run by ``troupe up`` where ``TROUPE_FACTS=llama_cpp``) reads the same comments
+The memory worker notes the facts its rules find (``schedulers.memory.extract_facts``), in a
+millisecond.  This worker (run by ``troupe up`` where ``TROUPE_FACTS=llama_cpp``) reads the same comments
 with the llama.cpp model, off that way: a comment of a viewer with a stable identity, in the first
 person ("Berlin is where I grew up", "我老家在成都"), is read in ``prepare`` (on a thread, one at a
 time, ``TROUPE_FACTS_THREADS`` cores), and each fact the model finds that holds up against the
@@ -85,6 +85,9 @@ class FactsActor(Actor):
                 from actors.backends.facts_llama import LlamaFactReader
                 self._reader = LlamaFactReader(self.settings.llama_model, self.settings.facts_threads)
             return self._reader
+
+    def prepares(self, event: Event) -> bool:
+        return isinstance(event, DanmakuReceived)  # (the run's settings say which: ``prepare``)
 
     def prepare(self, event: Event, ctx: Context) -> Any:
         if not _reads(event, ctx.settings_over(self.settings)):

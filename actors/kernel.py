@@ -215,6 +215,7 @@ class Kernel(Generic[P]):
         self._settings: dict[str, Settings] = {}       # each held run's settings
         self.states: dict[str, Any] = {}               # each held run's state (``Actor.open_run``)
         self.prepared: dict[str, Any] = {}             # input id -> what prepare built for it, until taken
+        self.recorded: dict[str, dict[str, Event]] = {}  # run -> its recorded reads (``record``), by id
         # An actor that takes runs' starts holds the runs it joined (their start, or a takeover);
         # one that does not holds a run from its first input.
         self._starts = RunStarted in actor.consumes
@@ -236,8 +237,18 @@ class Kernel(Generic[P]):
         """The handler context of a run at show time ``now_ms``, with the run's settings and the
         actor's state for it (None for a run the kernel does not hold), and the clock from now."""
         state = self.states.get(run.run) if run is not None else None
+        recorded = self.recorded.get(run.run, {}) if run is not None and self.recorded else {}
         return Context(run, now_ms, ended, self.run_settings(run), state, prepared,
-                       cancels if cancels is not None else {}, self._elapsed())
+                       cancels if cancels is not None else {}, self._elapsed(), recorded)
+
+    def record(self, run: str, outputs: Iterable[Event]) -> None:
+        """A recorded run's outputs of the actor (re-execution, a takeover's rebuild): those that
+        record what it read from outside the run (``Actor.reads_recorded``) are handed to its
+        handlers (``Context.recorded``) until the run is released."""
+        kinds = self.actor.reads_recorded
+        kept = {e.id: e for e in outputs if kinds and isinstance(e, kinds)}
+        if kept:
+            self.recorded.setdefault(run, {}).update(kept)
 
     def _elapsed(self) -> Callable[[], int] | None:
         """The ms passed from now on, as the kernel's clock says (None: no clock)."""
@@ -276,6 +287,7 @@ class Kernel(Generic[P]):
         self.runs.pop(run, None)
         self._settings.pop(run, None)
         self._seen.pop(run, None)
+        self.recorded.pop(run, None)
         with self._lock:
             for key in [k for k, e in self._urgent.items() if e.run == run]:
                 del self._urgent[key]
@@ -356,6 +368,8 @@ class Kernel(Generic[P]):
         """Build ahead, on the caller's thread (the runtime: one beside the actor's worker), what
         handling ``event`` will take long to make (``Actor.prepare``); it is handed to the input's
         handler as ``Context.prepared`` when the kernel takes it."""
+        if not self.actor.prepares(event):
+            return
         ctx = self.context(self.runs.get(event.run), 0)
         made = self.actor.prepare(event, ctx)
         if made is not None:

@@ -135,6 +135,9 @@ class RenderActor(ClockedActor):
         planned = frame_count(run.duration_ms, run.fps) if run.duration_ms > 0 else None
         return _Show(run, roles, settings.jpeg_quality, spec, FaceTimeline(roles, run.seed), frames=planned)
 
+    def prepares(self, event: Event) -> bool:
+        return isinstance(event, RunStarted | ResolutionChanged)  # the other inputs take no thread hop
+
     def prepare(self, event: Event, ctx: Context) -> StageDrawer | None:
         # A run's sprites take a few hundred ms to build, a resolution's too: built here, the
         # frames of the shows on air are drawn meanwhile (shows starting together miss none).

@@ -18,7 +18,6 @@ from events.base import Event
 from events.cue import CueIssued, StagePaced
 from events.danmaku import (
     DanmakuGap,
-    DanmakuHeld,
     DanmakuReceived,
     DanmakuRejected,
     DanmakuSkipped,
@@ -35,8 +34,6 @@ from events.viseme import FaceChanged, VisemeCut
 from store.queries import Row, iter_rows, run_info
 
 DECISIONS = frozenset({"qos.resolution_changed", "qos.throttle_changed", "qos.anomaly", "role.weights_changed"})
-# What the director emits for a comment when it takes it in (after a hold for its recall).
-_TAKEN_IN = frozenset({"cue.issued", "cue.merged", "danmaku.waiting", "danmaku.skipped"})
 HOPS = ("cue.issued", "utterance.chunk", "audio.chunk", "viseme.track", "frame.rendered")
 _HOP_NAMES = {
     "cue.issued": "director", "utterance.chunk": "llm", "audio.chunk": "tts",
@@ -278,14 +275,9 @@ def _recalled(chain: Sequence[Event]) -> dict[str, Any] | None:
     if recall is None:
         return None
     cue = next((e for e in chain if isinstance(e, CueIssued) and e.recalled == recall.id), None)
-    # How long the director held the comment for it (danmaku.held), until it took the comment in.
-    held = next((e for e in chain if isinstance(e, DanmakuHeld) and e.causation == recall.danmaku), None)
-    taken = next((e for e in chain if e.type in _TAKEN_IN and e.correlation == recall.danmaku
-                  and held is not None and e.t_ms >= held.heard_ms), None)
     return {"id": recall.id, "viewer": recall.viewer, "known": recall.known, "shows": recall.shows,
             "facts": list(recall.facts), "bears": list(recall.bears), "forget": recall.forget,
-            "reason": recall.reason, "returning": cue.returning if cue else None, "used_by": cue.id if cue else None,
-            "held_ms": taken.t_ms - held.heard_ms if held is not None and taken is not None else None}
+            "reason": recall.reason, "returning": cue.returning if cue else None, "used_by": cue.id if cue else None}
 
 
 def _waited(danmaku: str, chain: Sequence[Event]) -> dict[str, Any] | None:
@@ -429,8 +421,7 @@ def format_chain(doc: dict[str, Any]) -> str:
                      + (f"; facts {', '.join(r['facts'])}" if r["facts"] else "")
                      + (f"; this comment bears on {', '.join(r['bears'])}" if r["bears"] else "")
                      + (f"; greeted back by {r['used_by']}" if r["returning"] else
-                        f"; used by {r['used_by']}" if r["used_by"] else "; no cue took it")
-                     + (f"; the comment was held {r['held_ms']} ms for it" if r.get("held_ms") is not None else ""))
+                        f"; used by {r['used_by']}" if r["used_by"] else "; no cue took it"))
     elif r:
         lines.append(f"recalled ({r['id']}): a first-time viewer" + (f" ({r['reason']})" if r["reason"] else ""))
     lines.append(f"{'+ms':>7} {'hop ms':>7} {'show t':>8}  {'type':<20} {'role':<8} id")

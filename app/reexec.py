@@ -184,6 +184,7 @@ def _replay_handler(
 
     for k, (owner, segment) in enumerate(parts):
         kernel: Kernel[Event] = Kernel(actor)
+        kernel.record(run.run, mine)  # what it read from outside the run (the director's recalls): as recorded
         if owner is not None:  # taken over here: a fresh kernel, the run's past handed to it again
             resumed = rec.by_id.get(owner.resumed)
             take_over(kernel, run, [item for item in done if isinstance(item, Fed)], None,

@@ -31,6 +31,11 @@ def _with_settings(cls: type[Actor], w: Wiring) -> Actor:
     return cls(w.settings)  # type: ignore[call-arg]
 
 
+def _director(cls: type[Actor], w: Wiring) -> Actor:
+    from actors.memory import Reader  # it reads what the stage remembers of a viewer from the store
+    return cls(w.settings, Reader(w.engine))  # type: ignore[call-arg]
+
+
 def _recorder(cls: type[Actor], w: Wiring) -> Actor:
     from store.recorder import EventWriter
     return cls(EventWriter(w.engine(), w.settings.store_frames), w.metrics)  # type: ignore[call-arg]
@@ -62,7 +67,7 @@ class ActorEntry:
 
 ACTORS: dict[str, ActorEntry] = {e.name: e for e in (
     ActorEntry("director", "actors.director:Director", "danmaku in, cues out: which role answers what, and when",
-               reexecuted=True),
+               build_with=_director, reexecuted=True),
     ActorEntry("llm", "actors.llm:LLMActor", "cues in, the reply's sentences out, in the role's persona"),
     ActorEntry("tts", "actors.tts:TTSActor", "sentences in, audio with phoneme timings out"),
     ActorEntry("lipsync", "actors.lipsync:LipsyncActor", "audio in, viseme tracks on the show timeline out",
@@ -72,8 +77,8 @@ ACTORS: dict[str, ActorEntry] = {e.name: e for e in (
     ActorEntry("qos", "actors.qos:QosActor", "observations in, resolution, throttle and role weights out",
                reexecuted=True),
     ActorEntry("memory", "actors.memory:MemoryActor",
-               "danmaku in, what the stage remembers of each viewer and the facts they state out",
-               build_with=lambda cls, w: cls(w.engine)),  # type: ignore[call-arg]
+               "danmaku in, the facts viewers state out; keeps the viewers read model up with the store",
+               build_with=lambda cls, w: cls()),
     ActorEntry("facts", "actors.facts:FactsActor",
                "danmaku in, the facts a model reads in them that the rules missed out (TROUPE_FACTS=llama_cpp)",
                wanted=lambda s: s.facts == "llama_cpp"),

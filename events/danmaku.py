@@ -110,22 +110,6 @@ class DanmakuWaiting(Event):
 
 @registry.register
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DanmakuHeld(Event):
-    """A comment of a viewer the stage may remember, which the director took in at ``heard_ms``
-    and holds for what the stage remembers of them (``danmaku.recalled``, from the memory worker,
-    a few ms later): it goes on when that comes (at the director's next tick, which records the
-    time), or at ``until_ms`` without it.  Not an outcome: the record of when the director took
-    the comment in, so that a standby taking the director over and re-execution hand it over at
-    that show time (nothing else it emits then says so)."""
-
-    type = "danmaku.held"
-    heard_ms: int
-    until_ms: int
-    answers = False  # not an outcome: the comment's answer is still to come
-
-
-@registry.register
-@dataclass(frozen=True, slots=True, kw_only=True)
 class DanmakuGap(Event):
     """A platform bridge's connection was down: from when until when (wall-clock ms), why, and
     what the platform says was missed meanwhile (``missed`` -1: it does not say)."""

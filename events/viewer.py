@@ -57,10 +57,12 @@ class ViewerRecalled(Event):
     question about where they live, for a viewer who said where they are from), ``topics`` the
     last things they talked about, and ``roles`` the roles that answered them most.
 
-    The director hands it to the writer with the cue (``CueIssued.recalled`` names it), and
-    ``inspect --correlation`` lists it.  ``known`` False: a first-time viewer (said too, so the
-    director need not wait for the recall).  ``forget``: the viewer asked to be forgotten (the
-    recall then carries nothing of them)."""
+    The director reads it as it takes the comment in and records it before what it decides (the
+    read's outcome is an input from outside the run: re-execution takes it from the record), hands
+    it to the writer with the cue (``CueIssued.recalled`` names it), and ``inspect
+    --correlation`` lists it.  ``known`` False: a first-time viewer, or the read model not read in
+    time (``reason`` says so).  ``forget``: the viewer asked to be forgotten (the recall then
+    carries nothing of them)."""
 
     type = "danmaku.recalled"
     personal = ("viewer", "facts", "bears", "topics")

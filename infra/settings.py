@@ -80,8 +80,8 @@ class Settings:
     deck_ms: int = setting(1500, "the next reply is asked for this long before the floor frees, so it is ready on deck (0 to 10000)")
     banter_turns: int = setting(4, "at most this many turns between roles before one goes to the chat")
     # Viewers remembered
-    memory: str = setting("on", "on: what the stage remembers of a viewer with a platform id (danmaku.recalled) reaches the reply to their comment, which waits up to recall_wait_ms for it where the floor is free (where it waits for the floor anyway, it is taken in at once and the recall joins it); off: every viewer is answered as a stranger")
-    recall_wait_ms: int = setting(250, "the longest a known viewer's comment waits for the recall before it is answered without (0 to 2000)")
+    memory: str = setting("on", "on: the director reads what the stage remembers of a viewer with a platform id from the viewers read model as their comment comes, records it (danmaku.recalled) and the reply uses it; off: every viewer is answered as a stranger")
+    recall_wait_ms: int = setting(250, "the longest the director waits for the read model to say what it remembers of a viewer before their comment is answered without it, recorded as not read (0: no read; 0 to 2000)")
     regulars_first: str = setting("off", "on: a returning viewer's comment goes first among comments of the same class and kind (never before one about to go stale: newcomers are not let go for regulars)")
     viewer_retention_days: float = setting(365.0, "the viewers read model forgets a viewer not seen this many days (0: never)", process=True)
     facts: str = setting("rules", "what reads the facts a viewer states about themselves: rules (English and Chinese, in the memory worker); llama_cpp: the rules, and a facts worker (troupe up runs it) reading what they miss with the llama_cpp model (TROUPE_LLAMA_MODEL, else the shipped one)", process=True)

@@ -218,22 +218,6 @@ class StagePlan:
         # placed to begin later: lipsync takes it off
         return [s for s in self.speech.values() if s.own and not s.gone and s.begins_ms > after_ms]
 
-    def held_until(self, after_ms: int) -> int:
-        """When the floor frees at the earliest, whatever a comment that comes now makes give way:
-        the end of the speech placed so far and of that asked for to begin by ``after_ms``
-        (speech planned to begin later may give way to it: a line of the show's own, a reply to a
-        lesser or superseded comment)."""
-        pause = self.policy.pause_ms
-        placed = self.placed_ms  # as it would be with the speech placed to begin later dropped (``drop``)
-        for speech in self.speech.values():
-            if not speech.gone and speech.start_ms is not None and speech.begins_ms > after_ms:
-                placed = min(placed, speech.start_ms - pause)
-        held = placed + pause if placed > 0 else 0
-        for speech in self.speech.values():
-            if not speech.gone and speech.begins_ms <= after_ms:
-                held = max(held, speech.ends_ms(pause))
-        return held
-
     def shorten(self, key: str, speech_ms: int, now_ms: int) -> None:
         """Speech asked for is ``speech_ms`` shorter than estimated (its role's writer is slow)."""
         speech = self.speech.get(key)

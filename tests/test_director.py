@@ -125,7 +125,7 @@ def test_same_input_same_output_ids(director: ListFeed) -> None:
 
 def test_the_run_s_state_is_held_by_the_kernel_and_goes_with_its_release(director: ListFeed) -> None:
     [first] = director.handle(danmaku("Is the new GPU worth it?"), at_ms=0)
-    assert set(vars(director.actor)) == {"settings"}  # nothing per run on the actor itself
+    assert set(vars(director.actor)) == {"settings", "_recall"}  # nothing per run on the actor itself
     assert [r.cue for r in director.state().recent] == [first.id]
     director.release()
     assert not director.kernel.holds("r1") and director.state() is None

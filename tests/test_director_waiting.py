@@ -5,7 +5,6 @@ director did.  It is no outcome: each danmaku still gets exactly one."""
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from actors.director import Director
@@ -17,16 +16,8 @@ from app.summary import danmaku_outcomes
 from events import codec
 from events.base import Event, derive_id
 from events.cue import CueIssued, CueMerged
-from events.danmaku import (
-    DanmakuHeld,
-    DanmakuReceived,
-    DanmakuSkipped,
-    DanmakuWaiting,
-    SpeechPlaced,
-)
+from events.danmaku import DanmakuReceived, DanmakuSkipped, DanmakuWaiting
 from events.subjects import subject_for
-from events.utterance import UtteranceDropped
-from events.viewer import ViewerRecalled
 from infra.settings import Settings, load_settings
 from store.database import open_engine
 from store.recorder import EventWriter, Recorded
@@ -195,99 +186,4 @@ def test_re_execution_checks_the_waiting_events_and_each_danmaku_keeps_one_outco
     text = inspect.format_chain(chain)
     assert "waited from 3100 ms" in text and "joined d2" in text and "cue.merged after" in text
     assert inspect.chain(engine, "r1", "d0")["waited"] is None  # answered at once
-    engine.dispose()
-
-
-def _recall(comment: DanmakuReceived) -> ViewerRecalled:
-    return ViewerRecalled(id=derive_id(comment.id, "recalled"), run="r1", causation=comment.id,
-                          correlation=comment.id, viewer=comment.viewer, danmaku=comment.id, known=True, shows=2,
-                          facts=("home|lives in|Berlin",), bears=("home|lives in|Berlin",))
-
-
-def test_a_known_viewers_comment_waits_for_its_recall_only_where_the_floor_is_free() -> None:
-    """The recall (from the memory worker, a few ms after the comment) is waited for only where it
-    could be on the cue's way: with the floor free, the comment is taken in when its recall comes;
-    with the floor taken past the recall's wait limit, it is taken in at once, and the recall,
-    coming while it waits for the floor, still reaches its cue."""
-    feed = ListFeed(Director(_settings()), RUN)
-    feed.handle(RUN, at_ms=0)
-    first = danmaku(0, "where should I travel next", "alice", viewer="twitch:1", at_ms=RUN.started_at_ms)
-    [held] = feed.handle(first, at_ms=0)  # the floor is free: its recall could be on the cue's way
-    assert isinstance(held, DanmakuHeld) and (held.heard_ms, held.until_ms, held.causation) == (0, 250, "d0")
-    assert feed.handle(_recall(first), at_ms=12) == []  # taken in by the clock, at once
-    [cue] = [e for e in feed.advance(12) if isinstance(e, CueIssued)]
-    assert (cue.returning, cue.bears, cue.heard_ms) == (True, 1, 12)
-    busy = danmaku(1, "how is the weather where I live", "bob", viewer="twitch:2", at_ms=RUN.started_at_ms + 100)
-    [waiting] = feed.handle(busy, at_ms=100)  # the first reply holds the floor: taken in at once
-    assert isinstance(waiting, DanmakuWaiting) and waiting.heard_ms == 100
-    assert feed.handle(_recall(busy), at_ms=115) == []  # it joins the waiting comment
-    [later] = [e for e in feed.advance(60_000) if isinstance(e, CueIssued) and e.correlation == "d1"]
-    assert (later.returning, later.bears, later.recalled, later.heard_ms) == (True, 1, _recall(busy).id, 100)
-
-
-def test_a_known_viewers_comment_that_a_line_of_the_shows_own_gives_way_to_waits_for_its_recall() -> None:
-    """The floor taken by the show's own line still to begin is no floor taken: that line gives way
-    to the comment, which is cued at once; so the comment waits for its recall first (it was cued
-    without it, and a returning viewer was answered as a stranger, in a troupe up show)."""
-    feed = ListFeed(Director(load_settings(environ={})), RUN)  # the show carries itself: its own lines
-    feed.handle(RUN, at_ms=0)
-    feed.advance(19_000)
-    plan = feed.state().plan
-    assert plan.floor_free_ms - plan.policy.ahead_ms > 19_250 > plan.held_until(19_000 + 400) - plan.policy.ahead_ms
-    comment = danmaku(1, "how is the weather where I live", "bob", viewer="twitch:2", at_ms=RUN.started_at_ms + 19_000)
-    [held] = feed.handle(comment, at_ms=19_000)  # held for its recall
-    assert isinstance(held, DanmakuHeld)
-    assert feed.handle(_recall(comment), at_ms=19_012) == []
-    out = feed.advance(19_012)
-    [dropped] = [e for e in out if isinstance(e, UtteranceDropped)]
-    assert dropped.reason.startswith("yielded: a comment came before the show's own line began")
-    [cue] = [e for e in out if isinstance(e, CueIssued)]
-    assert (cue.correlation, cue.returning, cue.bears, cue.recalled) == ("d1", True, 1, _recall(comment).id)
-
-
-def test_a_comment_held_for_its_recall_is_re_executed_as_the_live_director_took_it(tmp_path: Path) -> None:
-    """The live director holds a returning viewer's comment, places a reply's speech, then takes the
-    recall in later than it was stored (the director was busy): re-execution hands each over when
-    the director took it (the hold and the clock's tick record both), not when it was stored; a
-    handler taking the comment in with its recall left that time unrecorded (a replay --verify
-    divergence in a troupe up show)."""
-    settings = load_settings(environ={})  # the show carries itself: its own line is on deck
-    kernel: Kernel[Event] = Kernel(Director(settings))
-    out: list[Event] = []
-
-    def run_clock(to_ms: int) -> None:
-        while (due := kernel.next_tick()) is not None and due[0] - RUN.started_at_ms <= to_ms:
-            out.extend(kernel.tick(RUN, due[0] - RUN.started_at_ms))
-
-    def take(event: Event, at_ms: int, seq: int) -> None:
-        run_clock(at_ms)
-        out.extend(kernel.take(event, RUN, at_ms, seq=seq).handle())
-
-    take(RUN, 0, 1)
-    run_clock(19_000)  # a reply is spoken, the show's own line on deck
-    speaking = next(e for e in reversed(out) if isinstance(e, CueIssued))
-    comment = danmaku(1, "how is the weather where I live", "bob", viewer="twitch:2", t_ms=19_000,
-                      at_ms=RUN.started_at_ms + 19_000)
-    placed = SpeechPlaced(id="p1", run="r1", role=speaking.role, causation=speaking.id, correlation=speaking.id,
-                          t_ms=19_004, utterance=speaking.id, start_ms=speaking.t_ms, end_ms=19_900, floor_ms=19_900)
-    recall = dataclasses.replace(_recall(comment), t_ms=19_003)  # stored at 19 003, taken in at 19 012
-    take(comment, 19_000, 1)
-    take(placed, 19_005, 2)
-    take(recall, 19_012, 3)
-    run_clock(60_000)
-    taken = [e for e in out if e.correlation == "d1" and e.ticked_ms == 19_012]  # by the clock, when it came
-    assert taken and all(e.t_ms == 19_012 for e in taken)
-    cue = next(e for e in out if isinstance(e, CueIssued) and e.correlation == "d1")
-    assert (cue.heard_ms, cue.returning, cue.recalled) == (19_012, True, recall.id)
-    engine = open_engine(f"sqlite:///{tmp_path / 'store.db'}")
-    inputs = [(RUN, 1), (comment, 1), (placed, 2), (recall, 3)]
-    rows = [Recorded(e, codec.encode(e), subject_for(e), seq) for e, seq in inputs]
-    rows += [Recorded(e, codec.encode(e), subject_for(e)) for e in out]
-    EventWriter(engine).append(rows)
-    result = verify(engine, "r1", actors=("director",), settings=settings, build=lambda _, s: Director(s))
-    assert result.divergence is None, format_verification(result)
-    assert result.checked["director"] == len(out)
-    chain = inspect.chain(engine, "r1", "d1")  # inspect says how long it was held for its recall
-    assert (chain["recalled"]["held_ms"], chain["recalled"]["used_by"]) == (12, cue.id)
-    assert "the comment was held 12 ms for it" in inspect.format_chain(chain)
     engine.dispose()

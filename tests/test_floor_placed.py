@@ -186,21 +186,3 @@ def test_a_comment_that_comes_while_the_show_s_own_line_is_spoken_waits_for_it_a
     # Its wait is counted from the line's end as placed, not as it was estimated.
     assert waits_from("d1", 1500) == 2300 + POLICY.pause_ms
     assert waits_from("d2", 2600) == 2600  # after it: from when it came
-
-
-def test_the_floor_is_held_only_by_speech_that_will_not_give_way_to_a_comment() -> None:
-    """``held_until``: speech placed, or asked for to begin by then, holds the floor; a line of the
-    show's own (or a lesser reply) still to begin later may give way to a comment that comes."""
-    plan = StagePlan(POLICY, 0)
-    plan.ask("r1", 0, 4000, role="host")                        # a reply, begins at once
-    plan.occupy("own", 100, 3000, role="rex", own=True)          # the show's own line after it
-    pause = POLICY.pause_ms
-    assert plan.held_until(200) == plan.speech["r1"].ends_ms(pause) < plan.floor_free_ms  # the own line may give way
-    assert plan.held_until(plan.speech["own"].begins_ms) == plan.floor_free_ms  # begun: it holds
-    plan.placed("r1", 0, 4000, True, 4000, 4000)
-    assert plan.held_until(4100) >= 4000 + pause                 # placed speech holds, whatever comes
-    plan.placed("own", 4000 + pause, 7000, False, 7000, 4100)   # placed to begin later: it may give way
-    assert plan.held_until(4150) == 4000 + pause < plan.floor_free_ms
-    assert plan.held_until(4000 + pause) == plan.floor_free_ms   # begun: it holds
-    plan.drop("own", 4100)
-    assert plan.held_until(4100) == plan.floor_free_ms  # (the floor frees no earlier than now: drop)

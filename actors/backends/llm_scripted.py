@@ -394,13 +394,15 @@ class ScriptedLLM(ReplyWriter):
 
     def opener(self, persona: Persona, prompt: Prompt, avoid: Sequence[str] = (),
                choices: Sequence[str] = ()) -> Sentence:
-        """A short line that fits the comment, said at once while a model writes the rest: one of
-        ``choices`` (a role's own), else by the comment's theme; varied per cue, never one of
-        ``avoid`` where another fits."""
+        """A short line that fits the comment, said at once while a model writes the rest: a
+        welcome back for a returning viewer (``Prompt.returning``), else one of ``choices`` (a
+        role's own), else by the comment's theme; varied per cue, never one of ``avoid`` where
+        another fits."""
         lang = _language(persona.language)
         theme = self._theme(persona, prompt)
         table = OPENERS[lang]
-        choices = choices or table.get(theme) or table["generic"]
+        # A viewer back from an earlier show is welcomed back first, whatever the model writes.
+        choices = _WELCOME[lang] if prompt.returning else choices or table.get(theme) or table["generic"]
         rng = random.Random(f"{self._seed if prompt.seed is None else prompt.seed}:{persona.role}:{prompt.cue_id}:open")
         user = _clean(prompt.user, MAX_NAME_CHARS)
         if not user or _is_injection(_doc(user)):

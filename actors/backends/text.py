@@ -158,7 +158,9 @@ def fact_phrase(line: str) -> str:
 def remembered(prompt: Prompt, asker: str) -> str:
     """What the system prompt says of what the stage remembers of the viewer ("" for a stranger)."""
     said = ""
-    if prompt.returning:
+    if prompt.returning and prompt.opener:  # the opener welcomed them back (``ScriptedLLM.opener``)
+        said += f" {asker} is back from an earlier show, and you have welcomed them back."
+    elif prompt.returning:
         said += f" {asker} is back from an earlier show: welcome them back by name first."
     elif prompt.regular:
         said += f" {asker} is a regular of the show."

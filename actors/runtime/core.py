@@ -519,7 +519,7 @@ class ActorRuntime:
                     d.joins = await self.view.joins(d.event, self._started_ms)
             if type(self.actor).prepare is not Actor.prepare:  # side by side: shows starting together
                 await asyncio.gather(*(asyncio.to_thread(self._prepare, d.event) for d in deliveries
-                                       if d.event is not None and d.joins is not False))
+                                       if d.event is not None and d.joins is not False and self.actor.prepares(d.event)))
             await self._after_starts(deliveries, starting)
             async with self._lock:
                 for d, error in zip(deliveries, errors, strict=True):

@@ -206,6 +206,7 @@ async def rebuild_run(
         last = await _last(js, run.run, actor.resumes_from.type)
         if last is not None:
             report.resumed[run.run] = last.id
+    kernel.record(run.run, mine)  # what it read from outside the run then (a recall): not read again
     # One call into the actor: its clock sees the run only once it is rebuilt and resumed.
     emitted = await in_thread(_rebuild_state, kernel, run, feed, last_ms, last)
     unsaid = unpublished(emitted, stored, answered)

@@ -50,8 +50,8 @@ def stored(engine, run: str, *types: type) -> list:  # type: ignore[no-untyped-d
 
 
 async def test_a_viewer_is_welcomed_back_and_asked_about_what_they_said(settings: Settings) -> None:
-    # A recall waited for up to 2 s, not 250 ms: on a loaded machine it can come later, and the
-    # comment would be answered as a stranger's (the benchmark measures how often)
+    # The read model read within 2 s, not 250 ms: on a loaded machine a read can take longer, and
+    # the comment would be answered as a stranger's (the benchmark measures the read's time)
     settings = dataclasses.replace(settings, resolution="360p", recall_wait_ms=2000)
     first, second = f"mem1{uuid.uuid4().hex[:6]}", f"mem2{uuid.uuid4().hex[:6]}"
     host = load_show().roles[0].id
@@ -156,8 +156,8 @@ async def _show_with_chat(stage: Stage, settings: Settings, run: str, seconds: f
 
 async def test_a_viewer_forgotten_from_the_chat_and_from_the_command_leaves_nothing(
         settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
-    # A recall waited for up to 2 s, not 250 ms: on a loaded machine it can come later, and the
-    # comment would be answered as a stranger's (the benchmark measures how often)
+    # The read model read within 2 s, not 250 ms: on a loaded machine a read can take longer, and
+    # the comment would be answered as a stranger's (the benchmark measures the read's time)
     settings = dataclasses.replace(settings, resolution="360p", recall_wait_ms=2000)
     first, second = f"fgt1{uuid.uuid4().hex[:6]}", f"fgt2{uuid.uuid4().hex[:6]}"
     host = load_show().roles[0].id

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import time
+from pathlib import Path
 
 import nats.errors
 import orjson
@@ -22,6 +23,7 @@ from app.cli.base import (
 from events.errors import BusError
 from events.viewer import remembered
 from infra.bus import connect, erase_messages, masked_url
+from infra.natsserver import EmbeddedNats, announcement_path, running_server
 from infra.settings import Settings
 from store.forget import forget_in
 from store.schema import redactions
@@ -120,27 +122,42 @@ async def _forget(args: argparse.Namespace, settings: Settings, engine: Engine) 
     if not remembered(args.viewer):
         raise UsageError(f"{args.viewer!r} is not a viewer id the stage remembers (platform:id, e.g. twitch:12345)")
     nc = None
-    if not args.store_only:
-        url = show_nats(settings)
-        try:
-            nc = await connect(url, "troupe-viewers")
-        except (nats.errors.Error, OSError, TimeoutError) as exc:
-            raise BusError(f"cannot reach NATS at {masked_url(url)} to erase the viewer's messages "
-                           f"({exc or type(exc).__name__}); nothing was erased (--store-only erases the store's copy alone)") from None
+    embedded: EmbeddedNats | None = None
     try:
-        with engine.begin() as conn:
-            done = forget_in(conn, args.viewer, "cli")
-            if nc is not None:
-                try:
-                    erased, gone = await erase_messages(nc.jetstream(), done.messages)
-                except (nats.errors.Error, TimeoutError) as exc:
-                    raise BusError(f"erasing the viewer's messages from JetStream failed "
-                                   f"({exc or type(exc).__name__}); nothing was erased") from None
-                done.deleted = erased
-                conn.execute(update(redactions).where(redactions.c.id == done.redaction).values(messages=erased))
+        if not args.store_only:
+            url = settings.nats_url or running_server(announcement_path(settings.state_dir))
+            if url is None and (streams := Path(settings.state_dir) / "nats").is_dir():
+                # troupe up's embedded server is not running: its streams, kept in the state dir,
+                # are opened by a server of the command's own for the erase
+                embedded = EmbeddedNats(streams)
+                await embedded.start()
+                url = embedded.url
+            url = url or show_nats(settings)  # (none: one line, nothing erased)
+            try:
+                nc = await connect(url, "troupe-viewers")
+            except (nats.errors.Error, OSError, TimeoutError) as exc:
+                raise BusError(f"cannot reach NATS at {masked_url(url)} to erase the viewer's messages "
+                               f"({exc or type(exc).__name__}); nothing was erased (--store-only erases the store's "
+                               "copy alone)") from None
+        return await _forget_with(args, engine, nc)
     finally:
         if nc is not None:
             await nc.close()
+        if embedded is not None:
+            await embedded.stop()
+
+
+async def _forget_with(args: argparse.Namespace, engine: Engine, nc: nats.NATS | None) -> int:
+    with engine.begin() as conn:
+        done = forget_in(conn, args.viewer, "cli")
+        if nc is not None:
+            try:
+                erased, gone = await erase_messages(nc.jetstream(), done.messages)
+            except (nats.errors.Error, TimeoutError) as exc:
+                raise BusError(f"erasing the viewer's messages from JetStream failed "
+                               f"({exc or type(exc).__name__}); nothing was erased") from None
+            done.deleted = erased
+            conn.execute(update(redactions).where(redactions.c.id == done.redaction).values(messages=erased))
     if args.json:
         print(orjson.dumps(done.to_dict()).decode())
         return 0

@@ -25,7 +25,8 @@ from events.show import show_from_dict
 from events.subjects import FAMILIES, family_filter, stream_name
 from events.utterance import UtteranceChunk
 from events.viewer import ViewerNoted, ViewerRecalled
-from infra.bus import read_stream
+from infra.bus import connect, read_stream
+from infra.natsserver import EmbeddedNats
 from infra.settings import Settings
 from store.schema import events, runs
 from store.viewers import Projector, profile
@@ -147,9 +148,10 @@ async def _show_with_chat(stage: Stage, settings: Settings, run: str, seconds: f
             return conn.execute(select(runs.c.status).where(runs.c.id == run)).scalar() == "running"
 
     await wait_for(on_air, 30, f"run {run} on air")
+    where = ["--nats", settings.nats_url] if settings.nats_url else ["--state-dir", str(settings.state_dir)]
     for user, viewer, text in chat:
         code = await asyncio.to_thread(main, ["publish", "--run", run, "--user", user, "--viewer", viewer,
-                                              "--wait", "0", "--nats", settings.nats_url or "", text])
+                                              "--wait", "0", *where, text])
         assert code == 0
     await show
 
@@ -225,3 +227,31 @@ async def test_a_viewer_forgotten_from_the_chat_and_from_the_command_leaves_noth
         assert profile(engine, "twitch:9901") is not None
         # Nothing to erase twice; a bad id is one line and exit 2.
         assert await asyncio.to_thread(main, ["viewers", "forget", "carol", "--state-dir", str(settings.state_dir)]) == 2
+
+
+async def test_forget_erases_the_streams_of_a_troupe_up_that_has_ended(
+        settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
+    """On a laptop the streams live in ``troupe up``'s state dir, with no server once the show is
+    over: ``troupe viewers forget`` opens them with a server of its own, and erases the viewer's
+    messages there too (it refused before: no running show)."""
+    local = dataclasses.replace(settings, nats_url=None, resolution="360p")  # embedded, in the state dir
+    state = str(local.state_dir)
+    run = f"lap{uuid.uuid4().hex[:6]}"
+    async with Stage(local) as stage:  # as troupe up runs it: the server announced in the state dir
+        await _show_with_chat(stage, local, run, 5.0, [("mia", "twitch:7071", "hi everyone, I'm from Lisbon!"),
+                                                       ("ned", "twitch:7072", "hello, I'm from Quebec")])
+        await wait_for(lambda: profile(stage.engine, "twitch:7071") is not None, 20, "the projection to remember mia")
+        engine = stage.engine
+        assert b"Lisbon" in await _streamed_text(stage.js, (run,))
+    # The show is over: nothing serves the state dir's streams.
+    assert await asyncio.to_thread(main, ["viewers", "forget", "twitch:7071", "--state-dir", state]) == 0
+    said = capsys.readouterr().out
+    assert "forgot twitch:7071" in said and "JetStream messages erased" in said, said
+    assert b"Lisbon" not in everything(engine) and b"Quebec" in everything(engine)
+    async with EmbeddedNats(local.state_dir / "nats") as server:  # the streams, opened again
+        nc = await connect(server.url, "test")
+        try:
+            streamed = await _streamed_text(nc.jetstream(), (run,))
+        finally:
+            await nc.close()
+    assert b"Lisbon" not in streamed and b"twitch:7071" not in streamed and b"Quebec" in streamed

@@ -47,7 +47,7 @@ from events.utterance import UtteranceChunk, UtteranceDropped
 from events.viewer import ViewerRecalled, remembered
 from infra.settings import Settings
 from schedulers.choice import GREETING, KIND_NAMES, MENTION, comment_kind
-from schedulers.memory import asks_to_forget, forgotten_line
+from schedulers.memory import asks_to_forget, forgotten_line, language_of
 from schedulers.pace import Pace, paced
 from schedulers.stage import (
     ADDRESSED,
@@ -634,8 +634,12 @@ class Director(ClockedActor):
         keyword = _keyword_role(state, event)
         if keyword is not None:
             return keyword, "keyword"
-        # The role whose last reply ended longest ago (one floor: spread the talk over the roles).
-        least = min(show.roles, key=lambda r: (state.busy_until.get(r.id, 0), -r.weight))
+        # The role whose last reply ended longest ago (one floor: spread the talk over the roles),
+        # of those that speak the comment's language where any does (a Chinese comment is not
+        # answered in English while a role speaks Chinese).
+        language = language_of(event.text)
+        speakers = [r for r in show.roles if r.language == language] or show.roles
+        least = min(speakers, key=lambda r: (state.busy_until.get(r.id, 0), -r.weight))
         return least.id, "least_busy"
 
 

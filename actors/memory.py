@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +55,7 @@ class Reader:
         self._engine = engine  # the store, opened on first use
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None  # made on the first read
         self._stuck: concurrent.futures.Future[Looked] | None = None  # the last read given up on
+        self._lock = threading.Lock()
 
     def look(self, viewer: str, limit_ms: int) -> Looked:
         """The viewer's profile, or why there is none, within ``limit_ms``.  While a read given up
@@ -61,9 +63,10 @@ class Reader:
         stuck = self._stuck
         if stuck is not None and not stuck.done():
             return Looked(None, "the store has not answered an earlier read yet")
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(READERS, thread_name_prefix="recall")
-        future = self._pool.submit(self._read, viewer)
+        with self._lock:  # (the director prepares a batch's comments side by side)
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(READERS, thread_name_prefix="recall")
+            future = self._pool.submit(self._read, viewer)
         try:
             return future.result(timeout=limit_ms / 1000)
         except concurrent.futures.TimeoutError:
@@ -79,8 +82,10 @@ class Reader:
             return Looked(None, f"the store could not be read: {one_line(exc)}")
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False, cancel_futures=True)
+                self._pool = None
 
 
 def recalled(event: DanmakuReceived, looked: Looked, t_ms: int) -> ViewerRecalled:

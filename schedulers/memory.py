@@ -98,7 +98,10 @@ _ZH_RULES: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("job", re.compile(r"我的工作是([^\s，。！？,.!?]{2,12})")),
     ("name", re.compile(r"(?:叫我|我叫|我的名字是)([^\s，。！？,.!?]{1,12})")),
 )
-_ZH_PET = re.compile(r"我(?:的|家的?|养的|有一只|养了一只)(猫咪|猫|狗狗|狗|兔子|仓鼠|鹦鹉|乌龟|鱼)(?:的名字)?叫([^\s，。！？,.!?]{1,12})")
+# "我的猫叫咪咪", "我家有只猫叫花花", "家里养了一只狗叫豆豆" (but not "我朋友家里的狗叫…").
+_ZH_PET = re.compile(r"(?:我|(?<![\u4e00-\u9fff])家里)(?:家里?|们家)?(?:的|里)?(?:养的|养了|养着|有)?"
+                     r"(?:一只|只|一条|条)?(猫咪|猫|狗狗|狗|兔子|仓鼠|鹦鹉|乌龟|鱼)(?:的名字|名字)?(?:叫做|名叫|叫)"
+                     r"([^\s，。！？,.!?]{1,12})")
 _ZH_FAVOURITE = re.compile(r"我最喜欢的([\u4e00-\u9fff]{1,4})是([^\s，。！？,.!?]{1,12})")
 
 # What a comment asks that a fact of a kind bears on.
@@ -106,9 +109,12 @@ _BEARS_EN: dict[str, tuple[str, ...]] = {
     "home": ("where i live", "where i'm from", "where im from", "my city", "my town", "my country", "my place",
              "near me", "around here", "over here", "weather", "visit", "travel", "local", "time zone", "timezone",
              "my area", "my hometown", "hometown"),
-    "learning": ("study", "studying", "learn", "learning", "practice", "practise", "exam", "lesson", "homework",
-                 "progress", "course", "tips for learning", "language"),
-    "job": ("work", "job", "shift", "boss", "office", "career", "colleague", "coworker"),
+    "learning": ("study", "studying", "studies", "studied", "learn", "learning", "learned", "learnt", "practice",
+                 "practise", "practicing", "practising", "practiced", "exam", "exams", "lesson", "lessons",
+                 "homework", "progress", "course", "tips for learning", "language", "pronunciation", "grammar",
+                 "vocab", "vocabulary", "fluent", "fluency"),
+    "job": ("work", "working", "job", "shift", "shifts", "boss", "office", "career", "colleague", "colleagues",
+            "coworker", "coworkers"),
     "pet": ("my cat", "my dog", "my pet", "kitty", "puppy", "kitten", "pets"),
 }
 _BEARS_ZH: dict[str, tuple[str, ...]] = {
@@ -304,7 +310,7 @@ def _says(cue: str, folded: str, zh: bool) -> bool:
 _EN_WORD = re.compile(r"[A-Za-z][A-Za-z'+#-]{2,15}")
 _EN_COMMON = frozenset(
     ["the", "and", "you", "your", "are", "was", "were", "what", "how", "who", "why", "when", "where", "which", "this", "that", "with", "have", "has", "for", "from", "not", "but", "can", "could", "would", "should", "will", "just", "like", "really", "very", "much", "more", "some", "any", "about", "think", "know", "want", "does", "did", "doing", "there", "their", "they", "them", "then", "than", "been", "being", "its", "it's", "i'm", "i've", "i'd", "you're", "hello", "hey", "hi", "thanks", "thank", "please", "lol", "haha", "yes", "yeah", "okay", "ok", "today", "tonight", "everyone", "anyone", "something", "anything", "going", "get", "got", "make", "also", "still", "here", "stream", "love", "good", "great", "nice", "cool", "called", "named", "learning", "studying", "favourite", "favorite", "live", "work", "call", "name", "from", "again", "back", "all"])
-_ZH_FILL = re.compile(r"来自|喜欢|学习|大家|主播|什么|怎么|为什么|可以|一个|最近|现在|"
+_ZH_FILL = re.compile(r"来自|喜欢|学习|大家|主播|什么|怎么|为什么|可以|一[个名位只条些点下]|最近|现在|"
                       r"[你我他她它们的了吗呢吧啊呀是在有和就都也还很太好不没这那哪学叫家最住看想要会说听去过着得地人对哈嗯]+")
 
 

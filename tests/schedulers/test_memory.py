@@ -32,10 +32,14 @@ STATED = [
     ("我是上海人", [("home", "", "上海")]),
     ("我在深圳，今天好热", [("home", "", "深圳")]),
     ("我家猫叫咪咪", [("pet", "cat", "咪咪")]),
+    ("大家好，我是一名护士，家里养了一只狗叫豆豆", [("pet", "dog", "豆豆"), ("job", "", "护士")]),
+    ("我家有只猫叫花花", [("pet", "cat", "花花")]),
+    ("我们家的狗狗叫做球球", [("pet", "dog", "球球")]),
     ("我最喜欢的游戏是塞尔达", [("favourite", "游戏", "塞尔达")]),
 ]
 NOTHING = ["I'm from the future", "i live in the city", "我在看直播", "我在上班呢", "I'm learning a lot from you",
-           "what do you think about rust?", "hello!", "我在学", ""]
+           "what do you think about rust?", "hello!", "我在学", "",
+           "我朋友家里的狗叫豆豆", "我朋友养了一只狗叫豆豆"]
 
 
 @pytest.mark.parametrize(("text", "facts"), STATED)
@@ -53,6 +57,7 @@ def test_what_a_comment_bears_on() -> None:
     facts = [berlin, rust, miso]
     assert bearing("any tips for the weather where I live?", facts) == [berlin]
     assert bearing("how should I practice for my exam", facts) == [rust]
+    assert bearing("back again! any tips for practicing my pronunciation?", facts) == [rust]
     assert bearing("Miso knocked my cup over", facts) == [miso]
     assert bearing("my cat is asleep on me", facts) == [miso]
     assert bearing("what's your favourite colour?", facts) == []
@@ -63,6 +68,7 @@ def test_what_a_comment_bears_on() -> None:
 def test_topics() -> None:
     assert topic_of("what do you think about rust?") == "rust"
     assert topic_of("我来自北京") == "北京"
+    assert topic_of("我是一名护士") == "护士"
     assert topic_of("hi!") == ""
 
 

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from app import reexec
+from app.reexec import format_verification
 from app.shows import load_show
 from app.supervisor import Stage
 from events.cue import CueIssued
@@ -83,4 +84,4 @@ async def test_a_moderator_line_takes_the_floor_of_a_running_show(settings: Sett
     assert first - mod_cue.t_ms < 3000  # the moderator's cue -> its speech: writing and synthesis only
 
     verification = reexec.verify(engine, run, actors=("director", "lipsync"))
-    assert verification.divergence is None, verification.to_dict()
+    assert verification.divergence is None, format_verification(verification)

@@ -58,7 +58,10 @@ async def test_the_page_shows_the_show_live_and_sends_with_a_token(settings: Set
         port, boards = server.port, server.page.boards  # type: ignore[union-attr]
         # The demo's roles without its scripted chat: the page's danmaku has the stage to itself.
         quiet = dataclasses.replace(load_show(), script=())
-        show = asyncio.create_task(run_show(stage, quiet, 36.0, run_id=run))
+        # Long enough for every step on a loaded machine (a reply took 5 s there, and the show had
+        # ended before the operator's line); it ends as soon as the line is applied.
+        ended = asyncio.Event()
+        show = asyncio.create_task(run_show(stage, quiet, 120.0, run_id=run, stop=ended))
         try:
             async with async_playwright() as pw:
                 browser = await pw.chromium.launch(executable_path=str(CHROMIUM), args=BROWSER_ARGS)
@@ -125,6 +128,7 @@ async def test_the_page_shows_the_show_live_and_sends_with_a_token(settings: Set
                 await page.click("#operator button[data-action=say]")
                 await until(page, "document.getElementById('controlled').textContent.startsWith('say:')", 10, "say applied")
 
+                ended.set()
                 result = await show
                 assert result.mp4 is not None
                 said = [e for e in read_events(stage.engine, run) if isinstance(e, CueIssued) and e.reason == "say"]

@@ -62,7 +62,7 @@ async def test_a_standby_director_takes_over_and_every_comment_gets_one_answer(
     # Re-executed with the rebuilt state's ticks where they were: the same decisions.
     checked = verify(Stage(settings).engine, "standby-director", actors=("director",))
     print(format_verification(checked))
-    assert checked.divergence is None, checked.to_dict()["first_divergence"]
+    assert checked.divergence is None, format_verification(checked)
     assert checked.checked["director"] > 0
 
 
@@ -71,7 +71,7 @@ async def test_a_standby_lipsync_takes_over_and_every_reply_keeps_its_visemes(
 ) -> None:
     await _taken_over("lipsync", nats_server, settings, tmp_path)
     checked = verify(Stage(settings).engine, "standby-lipsync", actors=("lipsync",))
-    assert checked.divergence is None, checked.to_dict()["first_divergence"]
+    assert checked.divergence is None, format_verification(checked)
 
 
 async def test_a_standby_render_takes_over_and_draws_the_frames_nobody_drew(
@@ -89,7 +89,7 @@ async def test_a_standby_render_takes_over_and_draws_the_frames_nobody_drew(
     assert [(e.kind, e.rebuilt, bool(e.resumed)) for e in owned] == [("render", True, True)], owned
     checked = verify(Stage(settings).engine, "standby-render", actors=("render",))
     print(format_verification(checked))
-    assert checked.divergence is None, checked.to_dict()["first_divergence"]
+    assert checked.divergence is None, format_verification(checked)
     assert checked.checked["render"] >= SECONDS * 25 - int(r["missing_at_kill"])  # type: ignore[call-overload]
 
 

@@ -137,17 +137,27 @@ class _Recording:
         return tuple(reversed(out))
 
 
-def _recorded_inputs(actor: Actor, run: RunStarted, rows: list[Row]) -> dict[str, list[Recorded]]:
+def _recorded_inputs(actor: Actor, run: RunStarted, rows: list[Row], mine: Sequence[Event] = ()) -> dict[str, list[Recorded]]:
     """An actor's recorded inputs, per family in stream order: those it takes (``admit``), up to
     the run's end (not fed: the recording ends there, and a clocked actor's clock is run up to its
-    last recorded decision instead), but for the renderer, whose frames the end bounds."""
+    last recorded decision instead), but for the renderer, whose frames the end bounds, and for an
+    actor whose outputs (``mine``) say it had taken the end in: the director planned the floor from
+    a reply's pace measured after the end, its output stamped with the end (``Event.seen``)."""
     out: dict[str, list[Recorded]] = {}
     # The renderer's end bounds the frames it draws: where its frames say it took the end in, it is fed.
     ends = isinstance(actor, ClockedActor) and actor.resumes_from is not None
     for row in in_stream_order(rows, tuple(actor.consumes)):
-        if (ends or not isinstance(row.event, RunEnded)) and admit(actor, row.event, run).handled:
+        if (ends or not isinstance(row.event, RunEnded) or _taken_in(row, mine)) \
+                and admit(actor, row.event, run).handled:
             out.setdefault(family_of(row.event.type), []).append(Recorded(row.event, row.stream_seq))
     return out
+
+
+def _taken_in(row: Row, outputs: Sequence[Event]) -> bool:
+    """Whether an actor's outputs say it had taken in the input stored as ``row`` (its stream
+    position in their ``seen``)."""
+    family = family_of(row.event.type)
+    return row.stream_seq is not None and any(e.seen and e.seen.get(family, 0) >= row.stream_seq for e in outputs)
 
 
 def _replay_handler(
@@ -164,8 +174,8 @@ def _replay_handler(
     rebuilt there too, in a fresh kernel, as the process that took it over did (``take_over``)."""
     produced: set[str] = set()
     checked = 0
-    inputs = _recorded_inputs(actor, run, rows)
     mine = [r.event for r in rec.rows if r.event.type in owned]
+    inputs = _recorded_inputs(actor, run, rows, mine)
     by_id = {r.event.id: r for r in rows}
     schedule = handling_order(inputs, mine)
     ticks = any(isinstance(item, Tick) for item in schedule)

@@ -128,11 +128,17 @@ async def test_the_page_shows_the_show_live_and_sends_with_a_token(settings: Set
                 await page.click("#operator button[data-action=say]")
                 await until(page, "document.getElementById('controlled').textContent.startsWith('say:')", 10, "say applied")
 
+
+                def said() -> list[tuple[str | None, str]]:
+                    return [(c.role, c.text) for c in read_events(stage.engine, run, ["cue.issued"])
+                            if isinstance(c, CueIssued) and c.reason == "say"]
+
+                # The line goes next on the floor, after the sentence being spoken: cued, the show may end.
+                await wait_for(lambda: bool(said()), 30, "the operator's line cued")
                 ended.set()
                 result = await show
                 assert result.mp4 is not None
-                said = [e for e in read_events(stage.engine, run) if isinstance(e, CueIssued) and e.reason == "say"]
-                assert [(c.role, c.text) for c in said] == [("xiaolu", "A line from the operator's page.")]
+                assert said() == [("xiaolu", "A line from the operator's page.")]
                 applied = [e.action for e in read_events(stage.engine, run) if isinstance(e, ControlApplied)]
                 assert applied == ["hold", "say"]
                 # The run, now recorded, plays again from the store into a new run, watched on the page.
